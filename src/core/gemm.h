@@ -1,0 +1,41 @@
+// attnlab core: the one matrix product every forward, dX and dW goes through.
+// Row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, op = transpose when trans* is set
+// (A stored [K,M] with leading dimension lda when transA, and so on).
+// float goes to oneDNN's matmul (chosen by bench/gemm_bench.cpp: see docs/performance.md);
+// double (test builds, finite differences) goes to the naive reference below.
+#pragma once
+#include <cstddef>
+
+namespace attnlab {
+
+void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
+
+// The reference: plain triple loop with double accumulation. The oracle for tests and the
+// implementation for double.
+template <class T>
+void gemm_naive(bool transA, bool transB, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+                int ldb, T beta, T* C, int ldc) {
+#pragma omp parallel for schedule(static)
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) {
+        const double a = transA ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k];
+        const double b = transB ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n];
+        acc += a * b;
+      }
+      T& c = C[(size_t)m * ldc + n];
+      c = (beta == T(0) ? T(0) : beta * c) + alpha * T(acc);
+    }
+}
+
+inline void gemm(bool transA, bool transB, int M, int N, int K, double alpha, const double* A, int lda,
+                 const double* B, int ldb, double beta, double* C, int ldc) {
+  gemm_naive<double>(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Which backend gemm(float) uses, for the resolved-config banner.
+const char* gemm_backend_name();
+
+}  // namespace attnlab

@@ -1,0 +1,5 @@
+#include "model/version.h"
+
+namespace attnlab {
+const char* version() { return "0.1.0"; }
+}  // namespace attnlab
