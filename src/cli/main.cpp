@@ -1,1 +1,92 @@
-int main() { return 0; }
+// attnlab: train, evaluate, sample and compare transformer language models on CPU.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "data/shard.h"
+#include "model/version.h"
+
+namespace attnlab::cli {
+
+void ConfigArgs::add_to(CLI::App* cmd) {
+  cmd->add_option("--config", config_file, "configuration file (TOML subset: key = value, [tables])");
+  cmd->add_option("--preset", preset, "built-in configuration: tiny, small or bench (applied before --config)");
+  cmd->add_option("--set", sets, "override one key: --set model.n_layer=6 (repeatable)");
+}
+
+Config ConfigArgs::resolve() const {
+  std::vector<Assignment> as;
+  if (!preset.empty()) {
+    const char* text = preset_config_text(preset);
+    if (!text) fail("--preset ", preset, ": unknown preset (choose tiny, small or bench)");
+    as = parse_config_text(text, "preset " + preset);
+  }
+  if (!config_file.empty()) {
+    auto f = parse_config_file(config_file);
+    as.insert(as.end(), f.begin(), f.end());
+  }
+  for (const auto& s : sets) as.push_back(parse_override(s));
+  return resolve_config(as);
+}
+
+std::vector<std::vector<int32_t>> read_token_file(const std::string& path) {
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) fail("token file ", path, ": cannot be opened (does it exist?)");
+  int32_t magic = 0;
+  probe.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  if (probe && magic == 20240520) {
+    Shard s = Shard::open(path);
+    return {std::vector<int32_t>(s.tokens(), s.tokens() + s.size())};
+  }
+  std::ifstream f(path);
+  std::vector<std::vector<int32_t>> seqs;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    std::istringstream ls(line);
+    std::vector<int32_t> seq;
+    std::string tok;
+    while (ls >> tok) {
+      size_t used = 0;
+      long long v = -1;
+      try { v = std::stoll(tok, &used); } catch (...) { used = 0; }
+      if (used != tok.size() || v < 0 || v > 65535)
+        fail("token file ", path, ":", lineno, ": '", tok, "' is not a token id (0..65535)");
+      seq.push_back((int32_t)v);
+    }
+    if (seq.empty()) continue;
+    if (!seqs.empty() && seq.size() != seqs[0].size())
+      fail("token file ", path, ":", lineno, ": ", seq.size(), " ids, but the first sequence has ", seqs[0].size(),
+           " (all lines must have the same length)");
+    seqs.push_back(std::move(seq));
+  }
+  if (seqs.empty()) fail("token file ", path, ": contains no token ids");
+  return seqs;
+}
+
+}  // namespace attnlab::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"attnlab: transformer attention-mechanism lab (train, evaluate, sample, compare) on CPU"};
+  app.set_version_flag("--version", std::string("attnlab ") + attnlab::version());
+  app.require_subcommand(1);
+  attnlab::cli::register_data(app);
+  attnlab::cli::register_train(app);
+  attnlab::cli::register_infer(app);
+  attnlab::cli::register_bench(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const attnlab::Error& e) {
+    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+# Thin wrapper: the two commands of the README, plus bench.
+#   make demo  — install what is missing, build Release, prepare the default corpus, train ~2 minutes,
+#                print the validation loss and a sample.
+#   make test  — build and run the whole CTest suite (long checks are opt-in: make test-long).
+SHELL := /bin/bash
+PRESET ?= release
+BUILD := build/$(PRESET)
+JOBS ?= 2
+DATA ?= data/default
+RUN ?= runs/demo
+
+.PHONY: demo test test-long build deps bench bench-pytorch corpus clean
+
+deps:
+	@bash scripts/install_deps.sh
+
+build: deps
+	@cmake --preset $(PRESET) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+corpus: build
+	@bash scripts/fetch_corpus.sh data/corpus
+	@if [ ! -f $(DATA)/train.bin ]; then \
+	  $(BUILD)/attnlab prepare --input data/corpus/tdavid.txt --input data/corpus/web.txt --input data/corpus/kjv.txt \
+	    --out $(DATA) --vocab 8192; fi
+
+demo: corpus
+	$(BUILD)/attnlab train --preset small --set data.dir=$(DATA) --set train.out_dir=$(RUN)
+	$(BUILD)/attnlab eval --checkpoint $(RUN)/model.safetensors --data $(DATA)/val.bin
+	$(BUILD)/attnlab sample --checkpoint $(RUN)/model.safetensors --prompt "Blessed is the man that" -n 60 --temperature 0.8 --top-k 40 --seed 1
+
+test: build
+	@ctest --preset $(PRESET)
+
+test-long: build
+	@ctest --test-dir $(BUILD) -L long --output-on-failure
+
+bench: build
+	$(BUILD)/attnlab bench --preset bench --steps 20
+
+bench-pytorch: build
+	python3 bench/compare_pytorch.py --attnlab $(BUILD)/attnlab
+
+clean:
+	rm -rf build

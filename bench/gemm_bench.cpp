@@ -1,0 +1,71 @@
+// Chooses the GEMM library: times attnlab::gemm (oneDNN matmul) against OpenBLAS's cblas_sgemm on
+// the products one training step of the bench model makes (forward, dX = dY·Wᵀ, dW += Xᵀ·dY), with
+// the same threads, alternating, median of repeats. Result and command: docs/performance.md.
+//   build/release/gemm_bench            (OpenBLAS runs under this environment's OPENBLAS_CORETYPE;
+//   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/release/gemm_bench   to see its best case)
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/gemm.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#ifdef ATTNLAB_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+using namespace attnlab;
+
+namespace {
+struct Shape { const char* what; bool ta, tb; int M, N, K; float beta; };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main() {
+  // B*T = 4096 rows, d = 256, 4d = 1024, qkv = 768, V = 8192 (chunk of 512 rows for the LM head).
+  const Shape shapes[] = {
+      {"qkv fwd   X·W", false, false, 4096, 768, 256, 0.f},
+      {"fc fwd    X·W", false, false, 4096, 1024, 256, 0.f},
+      {"proj fwd  X·W", false, false, 4096, 256, 1024, 0.f},
+      {"fc dX     dY·Wᵀ", false, true, 4096, 256, 1024, 0.f},
+      {"fc dW     Xᵀ·dY", true, false, 256, 1024, 4096, 1.f},
+      {"head fwd  X·Eᵀ", false, true, 512, 8192, 256, 0.f},
+      {"head dX   dL·E", false, false, 512, 256, 8192, 0.f},
+      {"head dE   dLᵀ·X", true, false, 8192, 256, 512, 1.f},
+  };
+  const size_t max_elems = size_t(8192) * 4096;
+  Buffer A(max_elems * 4), B(max_elems * 4), C(max_elems * 4);
+  Rng rng(1);
+  for (size_t i = 0; i < max_elems; ++i) {
+    A.as<float>()[i] = float(rng.normal());
+    B.as<float>()[i] = float(rng.normal());
+  }
+  std::printf("threads: %d; GFLOP/s, median of 15 alternating repeats\n", omp_threads());
+  std::printf("| product | M×N×K | oneDNN | OpenBLAS |\n|---|---|---:|---:|\n");
+  for (const Shape& s : shapes) {
+    const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    std::vector<double> t_dnnl, t_blas;
+    for (int rep = 0; rep < 17; ++rep) {
+      Timer t;
+      gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
+      if (rep >= 2) t_dnnl.push_back(t.seconds());
+#ifdef ATTNLAB_HAVE_OPENBLAS
+      t.reset();
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K, 1.0f,
+                  A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
+      if (rep >= 2) t_blas.push_back(t.seconds());
+#endif
+    }
+    const double flops = 2.0 * s.M * s.N * s.K;
+    std::printf("| %s | %d×%d×%d | %.0f | ", s.what, s.M, s.N, s.K, flops / median(t_dnnl) / 1e9);
+    if (t_blas.empty()) std::printf("n/a |\n");
+    else std::printf("%.0f |\n", flops / median(t_blas) / 1e9);
+  }
+  return 0;
+}

@@ -1,0 +1,98 @@
+// `attnlab bench` (training-step timing on synthetic tokens) and `attnlab info` (sizes and memory).
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/gemm.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "train/trainer.h"
+
+namespace attnlab::cli {
+namespace {
+
+struct BenchArgs {
+  ConfigArgs config;
+  int steps = 20, warmup = 3;
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+void run_bench(const BenchArgs& a) {
+  const Config cfg = a.config.resolve();
+  const int B = cfg.train.batch_size, T = cfg.model.seq_len, V = cfg.model.vocab_size;
+  GPT<float> model(cfg);
+  model.init_weights(cfg.train.seed);
+  model.plan(B, T);
+  Buffer m(model.registry().total() * sizeof(float)), v(model.registry().total() * sizeof(float));
+  std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
+  Rng rng(cfg.train.seed);
+  for (size_t i = 0; i < in.size(); ++i) { in[i] = (int32_t)rng.below(V); tgt[i] = (int32_t)rng.below(V); }
+  const size_t tokens = (size_t)B * T * cfg.train.grad_accum;
+  std::vector<double> times;
+  for (int step = 0; step < a.warmup + a.steps; ++step) {
+    Timer t;
+    model.zero_grad();
+    for (int micro = 0; micro < cfg.train.grad_accum; ++micro)
+      model.train_micro_step(in.data(), tgt.data(), 1.0f / float(tokens));
+    optimizer_step(model, m.as<float>(), v.as<float>(), cfg.train, 1e-4, step + 1);
+    if (step >= a.warmup) times.push_back(t.seconds());
+  }
+  const double med = median(times);
+  const double flops = training_flops_per_token(model, T);
+  const double tps = tokens / med;
+  const double gflops = tps * flops / 1e9;
+  if (a.json) {
+    nlohmann::json j{{"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3}, {"gflops", gflops},
+                     {"flops_per_token", flops}, {"steps", a.steps}, {"threads", omp_threads()},
+                     {"params", model.num_params()}, {"config", cfg.to_json()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s\n", cfg.model.n_layer, cfg.model.d_model,
+                cfg.model.n_head, T, B, V, omp_threads(), gemm_backend_name());
+    std::printf("median step %.1f ms over %d steps | %.0f tokens/s | %.1f GFLOP/s model FLOPs\n", med * 1e3, a.steps, tps, gflops);
+  }
+}
+
+void run_info(const ConfigArgs& args) {
+  const Config cfg = args.resolve();
+  GPT<float> model(cfg);
+  const int B = cfg.train.batch_size, T = cfg.model.seq_len;
+  model.plan(B, T);
+  std::printf("%s", cfg.to_text().c_str());
+  std::printf("parameters: %zu (%.2f MB fp32; with gradients and Adam moments %.2f MB)\n", model.num_params(),
+              model.num_params() * 4 / 1e6, model.num_params() * 16 / 1e6);
+  std::printf("activation memory: %.2f MB for B=%d T=%d (%.1f KB per token)\n", model.activation_bytes() / 1e6, B, T,
+              model.activation_bytes() / 1024.0 / (B * T));
+  std::printf("training FLOPs per token: %.3g\n", training_flops_per_token(model, T));
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  {
+    auto* a = new BenchArgs;
+    auto* cmd = app.add_subcommand("bench", "time full training steps (forward, backward, AdamW) on synthetic tokens");
+    a->config.add_to(cmd);
+    cmd->add_option("--steps", a->steps, "timed steps")->check(CLI::PositiveNumber);
+    cmd->add_option("--warmup", a->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--json", a->json, "print one JSON object");
+    cmd->callback([a] { run_bench(*a); });
+  }
+  {
+    auto* a = new ConfigArgs;
+    auto* cmd = app.add_subcommand("info", "parameter count, activation memory per token and FLOPs of a configuration");
+    a->add_to(cmd);
+    cmd->callback([a] { run_info(*a); });
+  }
+}
+
+}  // namespace attnlab::cli

@@ -1,0 +1,190 @@
+// `attnlab eval`, `attnlab forward`, `attnlab sample` and `attnlab grads` (the PyTorch reference test's input).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "eval/npy.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
+#include "train/trainer.h"
+
+namespace attnlab::cli {
+namespace {
+
+std::unique_ptr<GPT<float>> load_model(const std::string& path) {
+  const Config cfg = read_checkpoint_config(path);
+  auto model = std::make_unique<GPT<float>>(cfg);
+  load_checkpoint(path, *model, nullptr, nullptr);
+  return model;
+}
+
+struct EvalArgs { std::string checkpoint, data; int seq_len = 0, batch_size = 8, batches = 0; };
+struct ForwardArgs { std::string checkpoint, tokens, out; };
+struct SampleArgs {
+  std::string checkpoint, prompt, tokenizer;
+  int n = 100, top_k = 0;
+  double temperature = 1.0;
+  uint64_t seed = 0;
+};
+struct GradsArgs { std::string checkpoint, tokens, out; };
+
+void run_eval(const EvalArgs& a) {
+  auto model = load_model(a.checkpoint);
+  const int T = a.seq_len > 0 ? a.seq_len : model->config().model.seq_len;
+  model->plan(a.batch_size, T);
+  Shard shard = Shard::open(a.data);
+  if (shard.size() < (size_t)T + 1) fail("data ", a.data, " has ", shard.size(), " tokens, fewer than seq-len + 1 = ", T + 1);
+  shard.validate_vocab(model->config().model.vocab_size);
+  const EvalResult r = evaluate(*model, shard, a.batches > 0 ? a.batches : 1 << 30);
+  std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.3f\n", a.checkpoint.c_str(), a.data.c_str(), T,
+              r.count, r.mean(), std::exp(r.mean()));
+}
+
+void run_forward(const ForwardArgs& a) {
+  auto model = load_model(a.checkpoint);
+  const auto seqs = read_token_file(a.tokens);
+  const int B = (int)seqs.size(), T = (int)seqs[0].size(), V = model->config().model.vocab_size;
+  std::vector<int32_t> in;
+  for (const auto& s : seqs) in.insert(in.end(), s.begin(), s.end());
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] >= V) fail("token file ", a.tokens, ": id ", in[i], " at position ", i, " is outside the vocabulary of ", V);
+  // One chunk through the cached path: exactly the uncached computation (a test checks), and it
+  // handles any length the positional scheme allows.
+  model->plan_inference(B, T, T);
+  std::vector<float> logits((size_t)B * T * V);
+  model->forward_cached(logits.data(), in.data(), T, false);
+  write_npy_f32(a.out, logits.data(), {B, T, V});
+  std::printf("wrote %s: logits [%d, %d, %d]\n", a.out.c_str(), B, T, V);
+}
+
+int sample_token(std::vector<float>& logits, std::vector<int>& order, const SampleArgs& a, Rng& rng) {
+  const int V = (int)logits.size();
+  if (a.temperature <= 0) return int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::iota(order.begin(), order.end(), 0);
+  int k = a.top_k > 0 ? std::min(a.top_k, V) : V;
+  if (k < V)
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int x, int y) { return logits[x] > logits[y]; });
+  double mx = -INFINITY;
+  for (int i = 0; i < k; ++i) mx = std::max(mx, (double)logits[order[i]]);
+  double z = 0;
+  for (int i = 0; i < k; ++i) z += std::exp((logits[order[i]] - mx) / a.temperature);
+  double u = rng.uniform() * z;
+  for (int i = 0; i < k; ++i) {
+    u -= std::exp((logits[order[i]] - mx) / a.temperature);
+    if (u <= 0) return order[i];
+  }
+  return order[k - 1];
+}
+
+void run_sample(const SampleArgs& a) {
+  auto model = load_model(a.checkpoint);
+  const Config& cfg = model->config();
+  const std::string tok_path = a.tokenizer.empty() ? cfg.data.tokenizer : a.tokenizer;
+  Tokenizer tok = Tokenizer::load(tok_path);
+  if (tok.vocab_size() > cfg.model.vocab_size)
+    fail("tokenizer ", tok_path, " has ", tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.model.vocab_size);
+  std::vector<int> ids = tok.encode(a.prompt);
+  if (ids.empty()) {
+    if (tok.bos_id() < 0) fail("--prompt is empty and the tokenizer has no BOS token to start from");
+    ids.push_back(tok.bos_id());
+  }
+  int n = a.n;
+  if (n < 0) fail("-n must be >= 0");
+  const int prompt_len = (int)ids.size();
+  if (cfg.attn.pos == "learned" && prompt_len + n > cfg.model.seq_len) {
+    if (prompt_len >= cfg.model.seq_len)
+      fail("the prompt has ", prompt_len, " tokens; learned positions allow at most model.seq_len = ", cfg.model.seq_len);
+    n = cfg.model.seq_len - prompt_len;
+    std::fprintf(stderr, "note: learned positions end at model.seq_len = %d; generating %d tokens\n", cfg.model.seq_len, n);
+  }
+  model->plan_inference(1, prompt_len + n, std::max(prompt_len, 1));
+  const int V = cfg.model.vocab_size;
+  std::vector<float> logits(V);
+  std::vector<int> order(V);
+  std::vector<int32_t> in(ids.begin(), ids.end());
+  Rng rng(a.seed);
+  model->forward_cached(logits.data(), in.data(), prompt_len, true);
+  std::vector<int> out = ids;
+  for (int i = 0; i < n; ++i) {
+    int32_t next = sample_token(logits, order, a, rng);
+    out.push_back(next);
+    if (i + 1 < n) model->forward_cached(logits.data(), &next, 1, true);
+  }
+  std::printf("%s\n", tok.decode(out).c_str());
+}
+
+void run_grads(const GradsArgs& a) {
+  auto model = load_model(a.checkpoint);
+  const auto seqs = read_token_file(a.tokens);
+  const int B = (int)seqs.size(), T = (int)seqs[0].size() - 1, V = model->config().model.vocab_size;
+  if (T < 1) fail("token file ", a.tokens, ": sequences need at least 2 ids (inputs and targets)");
+  std::vector<int32_t> in, tgt;
+  for (const auto& s : seqs) {
+    in.insert(in.end(), s.begin(), s.end() - 1);
+    tgt.insert(tgt.end(), s.begin() + 1, s.end());
+  }
+  model->plan(B, T);
+  model->zero_grad();
+  const double loss = model->train_micro_step(in.data(), tgt.data(), 1.0f / float(B * T)) / double(B * T);
+  std::vector<float> logits((size_t)B * T * V);
+  model->logits(logits.data(), in.data());
+  const float loss_f = (float)loss;
+  std::vector<TensorRef> ts;
+  ts.push_back({"loss", {1}, &loss_f, "F32"});
+  ts.push_back({"logits", {B, T, V}, logits.data(), "F32"});
+  for (const auto& s : model->registry().specs()) ts.push_back({"grad." + s.name, s.shape, model->grads() + s.offset, "F32"});
+  write_safetensors(a.out, ts, {{"config", model->config().to_json().dump()}});
+  std::printf("loss %.6f; wrote %s\n", loss, a.out.c_str());
+}
+
+}  // namespace
+
+void register_infer(CLI::App& app) {
+  {
+    auto* a = new EvalArgs;
+    auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint on a token shard");
+    cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+    cmd->add_option("--data", a->data, "token shard (llm.c format, from `attnlab prepare`)")->required();
+    cmd->add_option("--seq-len", a->seq_len, "evaluation length (default: model.seq_len)");
+    cmd->add_option("--batch-size", a->batch_size, "sequences per batch")->check(CLI::PositiveNumber);
+    cmd->add_option("--batches", a->batches, "at most this many batches (default: the whole shard)");
+    cmd->callback([a] { run_eval(*a); });
+  }
+  {
+    auto* a = new ForwardArgs;
+    auto* cmd = app.add_subcommand("forward", "write the logits for given token ids as a NumPy .npy file");
+    cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+    cmd->add_option("--tokens", a->tokens, "llm.c shard, or text file with one sequence of ids per line")->required();
+    cmd->add_option("--out", a->out, "output .npy (float32 [B, T, V])")->required();
+    cmd->callback([a] { run_forward(*a); });
+  }
+  {
+    auto* a = new SampleArgs;
+    auto* cmd = app.add_subcommand("sample", "generate text with a KV cache");
+    cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+    cmd->add_option("--prompt", a->prompt, "prompt text")->required();
+    cmd->add_option("-n", a->n, "tokens to generate");
+    cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)");
+    cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)");
+    cmd->add_option("--seed", a->seed, "sampling seed");
+    cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's data.tokenizer)");
+    cmd->callback([a] { run_sample(*a); });
+  }
+  {
+    auto* a = new GradsArgs;
+    auto* cmd = app.add_subcommand("grads", "loss, logits and every parameter gradient for given sequences (reference tests)");
+    cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+    cmd->add_option("--tokens", a->tokens, "text file, one sequence of T+1 ids per line")->required();
+    cmd->add_option("--out", a->out, "output .safetensors")->required();
+    cmd->callback([a] { run_grads(*a); });
+  }
+}
+
+}  // namespace attnlab::cli

@@ -1,0 +1,320 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace attnlab {
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// Strips a trailing comment that is not inside a quoted string.
+std::string strip_comment(const std::string& line) {
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') quoted = !quoted;
+    if (line[i] == '#' && !quoted) return line.substr(0, i);
+  }
+  return line;
+}
+
+std::string unquote(const std::string& v) {
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') return v.substr(1, v.size() - 2);
+  return v;
+}
+
+// One configuration key: how to set it from text, how to read it back as JSON, and when it is
+// meaningful (a key set while its mechanism is inactive is an error, §7.2 Validation).
+struct KeyDef {
+  std::string name;
+  std::function<void(Config&, const std::string&, const std::string& where)> set;
+  std::function<nlohmann::json(const Config&)> get;
+  std::function<bool(const Config&)> active;
+  std::string inactive_reason;
+};
+
+[[noreturn]] void bad_value(const std::string& key, const std::string& value, const std::string& where, const std::string& expected) {
+  fail(where, ": ", key, " = ", value, ": expected ", expected);
+}
+
+long long parse_int(const std::string& key, const std::string& raw, const std::string& where, long long lo, long long hi) {
+  const std::string v = unquote(raw);
+  size_t used = 0;
+  long long x = 0;
+  try { x = std::stoll(v, &used); } catch (...) { bad_value(key, raw, where, "an integer"); }
+  if (used != v.size()) bad_value(key, raw, where, "an integer");
+  if (x < lo || x > hi) bad_value(key, raw, where, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+double parse_float(const std::string& key, const std::string& raw, const std::string& where, double lo, double hi) {
+  const std::string v = unquote(raw);
+  size_t used = 0;
+  double x = 0;
+  try { x = std::stod(v, &used); } catch (...) { bad_value(key, raw, where, "a number"); }
+  if (used != v.size() || !std::isfinite(x)) bad_value(key, raw, where, "a finite number");
+  if (x < lo || x > hi) {
+    std::ostringstream os;
+    os << "a number in [" << lo << ", " << hi << "]";
+    bad_value(key, raw, where, os.str());
+  }
+  return x;
+}
+
+bool parse_bool(const std::string& key, const std::string& raw, const std::string& where) {
+  const std::string v = unquote(raw);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  bad_value(key, raw, where, "true or false");
+}
+
+std::string parse_choice(const std::string& key, const std::string& raw, const std::string& where,
+                         const std::vector<std::string>& choices) {
+  const std::string v = unquote(raw);
+  for (const auto& c : choices) if (v == c) return v;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : " | ") + c;
+  bad_value(key, raw, where, "one of " + list);
+}
+
+std::vector<KeyDef> make_keys() {
+  std::vector<KeyDef> k;
+  auto always = [](const Config&) { return true; };
+  auto add_int = [&](std::string name, auto member, long long lo, long long hi,
+                     std::function<bool(const Config&)> active = nullptr, std::string why = "") {
+    k.push_back({name,
+                 [=](Config& c, const std::string& v, const std::string& w) { member(c) = (std::remove_reference_t<decltype(member(c))>)parse_int(name, v, w, lo, hi); },
+                 [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); },
+                 active ? active : always, why});
+  };
+  auto add_float = [&](std::string name, auto member, double lo, double hi,
+                       std::function<bool(const Config&)> active = nullptr, std::string why = "") {
+    k.push_back({name, [=](Config& c, const std::string& v, const std::string& w) { member(c) = parse_float(name, v, w, lo, hi); },
+                 [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); },
+                 active ? active : always, why});
+  };
+  auto add_choice = [&](std::string name, auto member, std::vector<std::string> choices,
+                        std::function<bool(const Config&)> active = nullptr, std::string why = "") {
+    k.push_back({name, [=](Config& c, const std::string& v, const std::string& w) { member(c) = parse_choice(name, v, w, choices); },
+                 [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); },
+                 active ? active : always, why});
+  };
+  auto add_string = [&](std::string name, auto member) {
+    k.push_back({name, [=](Config& c, const std::string& v, const std::string&) { member(c) = unquote(v); },
+                 [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); }, always, ""});
+  };
+  const long long big = 1LL << 30;
+  add_int("model.n_layer", [](Config& c) -> int& { return c.model.n_layer; }, 1, 1024);
+  add_int("model.d_model", [](Config& c) -> int& { return c.model.d_model; }, 1, 1 << 16);
+  add_int("model.n_head", [](Config& c) -> int& { return c.model.n_head; }, 1, 1024);
+  add_int("model.kv_heads", [](Config& c) -> int& { return c.model.kv_heads; }, 1, 1024);
+  add_choice("model.norm", [](Config& c) -> std::string& { return c.model.norm; }, {"layernorm", "rmsnorm"});
+  add_choice("model.mlp", [](Config& c) -> std::string& { return c.model.mlp; }, {"gelu", "swiglu"});
+  k.push_back({"model.mlp_hidden",
+               [](Config& c, const std::string& v, const std::string& w) {
+                 c.model.mlp_hidden = unquote(v) == "auto" ? 0 : (int)parse_int("model.mlp_hidden", v, w, 1, 1 << 20);
+               },
+               [](const Config& c) { return nlohmann::json(c.model.mlp_hidden); }, always, ""});
+  k.push_back({"model.bias", [](Config& c, const std::string& v, const std::string& w) { c.model.bias = parse_bool("model.bias", v, w); },
+               [](const Config& c) { return nlohmann::json(c.model.bias); }, always, ""});
+  add_int("model.seq_len", [](Config& c) -> int& { return c.model.seq_len; }, 1, 1 << 20);
+  add_int("model.vocab_size", [](Config& c) -> int& { return c.model.vocab_size; }, 2, 65536);
+
+  add_choice("attn.pos", [](Config& c) -> std::string& { return c.attn.pos; }, {"none", "learned", "rope", "alibi", "goat"});
+  add_float("attn.rope.base", [](Config& c) -> double& { return c.attn.rope_base; }, 1.0, 1e12,
+            [](const Config& c) { return c.attn.pos == "rope"; }, "attn.pos is not rope");
+  add_choice("attn.sink", [](Config& c) -> std::string& { return c.attn.sink; }, {"none", "learned"});
+  add_float("attn.sink.init", [](Config& c) -> double& { return c.attn.sink_init; }, -1e6, 1e6,
+            [](const Config& c) { return c.attn.sink == "learned"; }, "attn.sink is not learned");
+
+  add_int("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, 1, 1 << 16);
+  add_int("train.grad_accum", [](Config& c) -> int& { return c.train.grad_accum; }, 1, 1 << 16);
+  add_int("train.steps", [](Config& c) -> int& { return c.train.steps; }, 0, big);
+  add_float("train.lr", [](Config& c) -> double& { return c.train.lr; }, 0.0, 10.0);
+  add_float("train.min_lr_ratio", [](Config& c) -> double& { return c.train.min_lr_ratio; }, 0.0, 1.0);
+  add_int("train.warmup", [](Config& c) -> int& { return c.train.warmup; }, 0, big);
+  add_choice("train.schedule", [](Config& c) -> std::string& { return c.train.schedule; }, {"cosine", "wsd", "constant"});
+  add_float("train.wsd_decay_frac", [](Config& c) -> double& { return c.train.wsd_decay_frac; }, 0.0, 1.0,
+            [](const Config& c) { return c.train.schedule == "wsd"; }, "train.schedule is not wsd");
+  add_float("train.weight_decay", [](Config& c) -> double& { return c.train.weight_decay; }, 0.0, 10.0);
+  add_float("train.beta1", [](Config& c) -> double& { return c.train.beta1; }, 0.0, 0.999999);
+  add_float("train.beta2", [](Config& c) -> double& { return c.train.beta2; }, 0.0, 0.999999999);
+  add_float("train.eps", [](Config& c) -> double& { return c.train.eps; }, 0.0, 1.0);
+  add_float("train.grad_clip", [](Config& c) -> double& { return c.train.grad_clip; }, 0.0, 1e9);
+  k.push_back({"train.seed",
+               [](Config& c, const std::string& v, const std::string& w) { c.train.seed = (uint64_t)parse_int("train.seed", v, w, 0, (1LL << 62)); },
+               [](const Config& c) { return nlohmann::json(c.train.seed); }, always, ""});
+  add_int("train.eval_every", [](Config& c) -> int& { return c.train.eval_every; }, 0, big);
+  add_int("train.eval_batches", [](Config& c) -> int& { return c.train.eval_batches; }, 1, big);
+  add_int("train.ckpt_every", [](Config& c) -> int& { return c.train.ckpt_every; }, 0, big);
+  add_int("train.log_every", [](Config& c) -> int& { return c.train.log_every; }, 1, big);
+  add_float("train.time_limit", [](Config& c) -> double& { return c.train.time_limit; }, 0.0, 1e9);
+  add_string("train.out_dir", [](Config& c) -> std::string& { return c.train.out_dir; });
+  add_string("data.dir", [](Config& c) -> std::string& { return c.data.dir; });
+  add_string("data.train", [](Config& c) -> std::string& { return c.data.train; });
+  add_string("data.val", [](Config& c) -> std::string& { return c.data.val; });
+  add_string("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; });
+  return k;
+}
+
+const std::vector<KeyDef>& keys() {
+  static const std::vector<KeyDef> k = make_keys();
+  return k;
+}
+
+// Keys of the spec (§7.2) whose mechanisms this version does not implement yet: naming them is an
+// error that says so, rather than an "unknown key" (or, worse, silently ignoring them).
+bool is_future_key(const std::string& key) {
+  for (const char* p : {"attn.xsa", "attn.goat.", "residual.", "dar."})
+    if (key.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin) {
+  std::vector<Assignment> out;
+  std::istringstream in(text);
+  std::string line, table;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const std::string where = origin + ":" + std::to_string(lineno);
+    const std::string s = trim(strip_comment(line));
+    if (s.empty()) continue;
+    if (s.front() == '[') {
+      if (s.back() != ']' || s.size() < 3) fail(where, ": malformed table header '", s, "' (expected [name])");
+      table = trim(s.substr(1, s.size() - 2));
+      continue;
+    }
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos) fail(where, ": expected `key = value`, got '", s, "'");
+    std::string key = trim(s.substr(0, eq)), value = trim(s.substr(eq + 1));
+    if (key.empty()) fail(where, ": missing key before '='");
+    if (value.empty()) fail(where, ": ", key, " has no value");
+    if (!table.empty()) key = table + "." + key;
+    out.push_back({key, value, where});
+  }
+  return out;
+}
+
+std::vector<Assignment> parse_config_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("config file ", path, ": cannot be opened (does it exist?)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_config_text(ss.str(), path);
+}
+
+Assignment parse_override(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) fail("--set ", text, ": expected key=value");
+  return {trim(text.substr(0, eq)), trim(text.substr(eq + 1)), "--set " + text};
+}
+
+Config resolve_config(const std::vector<Assignment>& assignments) {
+  Config c;
+  std::map<std::string, const Assignment*> given;
+  for (const auto& a : assignments) {
+    const KeyDef* def = nullptr;
+    for (const auto& kd : keys()) if (kd.name == a.key) def = &kd;
+    if (!def) {
+      if (is_future_key(a.key))
+        fail(a.origin, ": ", a.key, ": this mechanism is specified (MECHANISMS.md §7.2) but not implemented in attnlab ",
+             "0.1 yet; remove the key");
+      fail(a.origin, ": unknown configuration key '", a.key, "'");
+    }
+    def->set(c, a.value, a.origin);
+    given[a.key] = &a;
+  }
+  // Keys of inactive mechanisms are errors (§7.2 Validation).
+  for (const auto& kd : keys()) {
+    auto it = given.find(kd.name);
+    if (it != given.end() && !kd.active(c))
+      fail(it->second->origin, ": ", kd.name, " is set but has no effect because ", kd.inactive_reason);
+  }
+  auto where = [&](const char* key) -> std::string {
+    auto it = given.find(key);
+    return it != given.end() ? it->second->origin : std::string("default");
+  };
+  ModelConfig& m = c.model;
+  if (!given.count("model.kv_heads")) m.kv_heads = m.n_head;
+  if (m.d_model % m.n_head != 0)
+    fail(where("model.d_model"), ": model.d_model = ", m.d_model, " is not divisible by model.n_head = ", m.n_head);
+  if (m.n_head % m.kv_heads != 0)
+    fail(where("model.kv_heads"), ": model.n_head = ", m.n_head, " is not divisible by model.kv_heads = ", m.kv_heads);
+  if (c.attn.pos == "rope" && m.head_dim() % 2 != 0)
+    fail(where("attn.pos"), ": attn.pos = rope needs an even head dimension, but model.d_model / model.n_head = ", m.head_dim());
+  if (c.attn.pos == "alibi" || c.attn.pos == "goat")
+    fail(where("attn.pos"), ": attn.pos = ", c.attn.pos, " is specified (MECHANISMS.md §1.2, §3) but not implemented in attnlab 0.1 yet; use none, learned or rope");
+  if (m.mlp_hidden == 0) m.mlp_hidden = m.mlp == "gelu" ? 4 * m.d_model : 64 * ((8 * m.d_model + 191) / 192);
+  if (c.train.warmup > c.train.steps && c.train.steps > 0)
+    fail(where("train.warmup"), ": train.warmup = ", c.train.warmup, " exceeds train.steps = ", c.train.steps);
+  if (c.data.train.empty()) c.data.train = c.data.dir + "/train.bin";
+  if (c.data.val.empty()) c.data.val = c.data.dir + "/val.bin";
+  if (c.data.tokenizer.empty()) c.data.tokenizer = c.data.dir + "/tokenizer.model";
+  return c;
+}
+
+nlohmann::json Config::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& kd : keys())
+    if (kd.active(*this)) j[kd.name] = kd.get(*this);
+  return j;
+}
+
+Config Config::from_json(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) fail(origin, ": the stored configuration is not a JSON object");
+  std::vector<Assignment> as;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string v;
+    // Strings are re-quoted so parse_choice/unquote see them as in a file (built with append: GCC 12's
+    // -Wrestrict misfires on operator+ chains here).
+    if (it->is_string()) {
+      v.reserve(it->get_ref<const std::string&>().size() + 2);
+      v.append(1, '"').append(it->get_ref<const std::string&>()).append(1, '"');
+    } else {
+      v = it->dump();
+    }
+    as.push_back({it.key(), v, origin + " (stored config)"});
+  }
+  return resolve_config(as);
+}
+
+std::string Config::to_text() const {
+  std::ostringstream os;
+  const nlohmann::json j = to_json();
+  for (auto it = j.begin(); it != j.end(); ++it) os << it.key() << " = " << it->dump() << "\n";
+  return os.str();
+}
+
+const char* preset_config_text(const std::string& name) {
+  // Kept identical to configs/<name>.toml (a test checks).
+  if (name == "tiny")
+    return "# tiny: for tests (seconds)\n"
+           "model.n_layer = 2\nmodel.d_model = 64\nmodel.n_head = 4\nmodel.seq_len = 32\nmodel.vocab_size = 512\n"
+           "train.batch_size = 4\ntrain.steps = 20\ntrain.warmup = 2\ntrain.lr = 1e-3\ntrain.eval_every = 10\n"
+           "train.eval_batches = 2\ntrain.log_every = 5\n";
+  if (name == "small")
+    return "# small: the demo model (about two minutes of training on 2 cores)\n"
+           "model.n_layer = 4\nmodel.d_model = 256\nmodel.n_head = 4\nmodel.seq_len = 256\nmodel.vocab_size = 8192\n"
+           "attn.pos = \"rope\"\n"
+           "train.batch_size = 16\ntrain.steps = 400\ntrain.warmup = 40\ntrain.lr = 2e-3\ntrain.eval_every = 100\n"
+           "train.eval_batches = 20\ntrain.log_every = 10\ntrain.time_limit = 130\n";
+  if (name == "bench")
+    return "# bench: the issue's benchmark shape (L=4 d=256 H=4 T=256 B=16 V=8192)\n"
+           "model.n_layer = 4\nmodel.d_model = 256\nmodel.n_head = 4\nmodel.seq_len = 256\nmodel.vocab_size = 8192\n"
+           "attn.pos = \"learned\"\ntrain.batch_size = 16\n";
+  return nullptr;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,87 @@
+// attnlab model and training configuration: MECHANISMS.md §7.2 key names, strict validation.
+// A config file is a TOML subset: `key = value` lines with dotted keys, `[table]` headers that
+// prefix the keys below them, `#` comments; values are integers, floats, true/false, "strings"
+// (bare words are accepted as strings too) and [lists] of integers. `--set key=value` overrides
+// follow the same syntax. Unknown keys, keys of inactive mechanisms and invalid combinations are
+// errors that name the key (and the file and line when it came from a file).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace attnlab {
+
+struct ModelConfig {
+  int n_layer = 4, d_model = 256, n_head = 4, kv_heads = 4;
+  std::string norm = "layernorm";  // layernorm | rmsnorm
+  std::string mlp = "gelu";        // gelu | swiglu
+  int mlp_hidden = 0;              // resolved: 4d (gelu) or 64*ceil(8d/192) (swiglu) unless set
+  bool bias = true;
+  int seq_len = 256;
+  int vocab_size = 8192;
+  int head_dim() const { return d_model / n_head; }
+  int qkv_dim() const { return (n_head + 2 * kv_heads) * head_dim(); }
+};
+
+struct AttentionConfig {
+  std::string pos = "rope";  // none | learned | rope   (alibi, goat: issue 3)
+  double rope_base = 10000.0;
+  std::string sink = "none";  // none | learned
+  double sink_init = 0.0;
+};
+
+struct TrainConfig {
+  int batch_size = 16;        // sequences per micro-batch (B)
+  int grad_accum = 1;         // micro-batches per optimizer step
+  int steps = 1000;           // optimizer steps
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio
+  int warmup = 100;
+  std::string schedule = "cosine";  // cosine | wsd | constant
+  double wsd_decay_frac = 0.2;      // WSD: fraction of steps spent in the final linear decay
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;     // global-norm clip; 0 disables
+  uint64_t seed = 1337;
+  int eval_every = 100, eval_batches = 20;
+  int ckpt_every = 0;         // 0: only the final checkpoint
+  int log_every = 10;
+  double time_limit = 0;      // seconds; 0 = none. Training stops cleanly (with a checkpoint) when reached.
+  std::string out_dir = "runs/default";
+};
+
+struct DataConfig {
+  std::string dir = "data/default";  // holds train.bin, val.bin, tokenizer.model (attnlab prepare)
+  std::string train, val, tokenizer; // resolved paths (default: inside dir)
+};
+
+struct Config {
+  ModelConfig model;
+  AttentionConfig attn;
+  TrainConfig train;
+  DataConfig data;
+
+  // Resolved configuration as a flat JSON object of dotted keys with typed values
+  // (stored in every checkpoint; read back by from_json and by the PyTorch reference).
+  nlohmann::json to_json() const;
+  static Config from_json(const nlohmann::json& j, const std::string& origin);
+  std::string to_text() const;  // the banner printed at start: one `key = value` per line
+};
+
+// Raw key/value assignments in the order given, each with where it came from (for messages).
+struct Assignment { std::string key, value, origin; };
+
+// Parses a config file into assignments; errors name the file and line.
+std::vector<Assignment> parse_config_file(const std::string& path);
+// Parses "key=value" (a --set override).
+Assignment parse_override(const std::string& text);
+// Applies assignments over the defaults, then validates. Errors name the key and its origin.
+Config resolve_config(const std::vector<Assignment>& assignments);
+// Built-in presets (configs/*.toml are the same text): "tiny", "small", "bench".
+const char* preset_config_text(const std::string& name);
+std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin);
+
+}  // namespace attnlab

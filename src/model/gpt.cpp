@@ -1,0 +1,384 @@
+#include "model/gpt.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/mlp.h"
+#include "kernels/norm.h"
+
+namespace attnlab {
+
+namespace {
+constexpr int kCeChunkRows = kernels::lm_head_default_chunk_rows;  // chosen by bench/cross_entropy_bench
+
+template <class T>
+void add_inplace(T* y, const T* x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+}  // namespace
+
+template <class T>
+GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
+  const ModelConfig& m = cfg_.model;
+  const int C = m.d_model, L = m.n_layer, V = m.vocab_size, H = m.n_head, Dh = m.head_dim();
+  const double std0 = 0.02, std_out = 0.02 / std::sqrt(2.0 * L);
+  const bool layernorm = m.norm == "layernorm";
+  const bool gelu = m.mlp == "gelu";
+  reg_.add("wte", {V, C}, Init::Normal, std0, true);
+  if (cfg_.attn.pos == "learned") reg_.add("wpe", {m.seq_len, C}, Init::Normal, std0, true);
+  auto add_norm = [&](const std::string& p) {
+    reg_.add(p + ".weight", {C}, Init::One, 0, false);
+    if (layernorm && m.bias) reg_.add(p + ".bias", {C}, Init::Zero, 0, false);
+  };
+  auto add_linear = [&](const std::string& p, int in, int out, double std) {
+    reg_.add(p + ".weight", {in, out}, Init::Normal, std, true);
+    if (m.bias) reg_.add(p + ".bias", {out}, Init::Zero, 0, false);
+  };
+  for (int i = 0; i < L; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    add_norm(b + "ln1");
+    add_linear(b + "attn.qkv", C, m.qkv_dim(), std0);
+    add_linear(b + "attn.proj", H * Dh, C, std_out);
+    if (cfg_.attn.sink == "learned") reg_.add(b + "attn.sink", {H}, Init::Constant, cfg_.attn.sink_init, false);
+    add_norm(b + "ln2");
+    if (gelu) add_linear(b + "mlp.fc", C, m.mlp_hidden, std0);
+    else add_linear(b + "mlp.gate_up", C, 2 * m.mlp_hidden, std0);
+    add_linear(b + "mlp.proj", m.mlp_hidden, C, std_out);
+  }
+  add_norm("ln_f");
+  params_ = Buffer(reg_.total() * sizeof(T));
+  grads_ = Buffer(reg_.total() * sizeof(T));
+  layer_params_.resize(L);
+  layer_grads_.resize(L);
+  bind_layers(layer_params_.data(), params());
+  bind_layers(layer_grads_.data(), grads());
+  auto ptr = [&](T* base, const char* name) -> T* {
+    const ParamSpec* s = reg_.find(name);
+    return s ? base + s->offset : nullptr;
+  };
+  wte_ = ptr(params(), "wte"); wpe_ = ptr(params(), "wpe");
+  lnf_w_ = ptr(params(), "ln_f.weight"); lnf_b_ = ptr(params(), "ln_f.bias");
+  dwte_ = ptr(grads(), "wte"); dwpe_ = ptr(grads(), "wpe");
+  dlnf_w_ = ptr(grads(), "ln_f.weight"); dlnf_b_ = ptr(grads(), "ln_f.bias");
+  if (cfg_.attn.pos == "rope") rope_ = kernels::make_rope_table<T>(m.seq_len, Dh, cfg_.attn.rope_base);
+}
+
+template <class T>
+void GPT<T>::bind_layers(LayerParams* table, T* base) const {
+  auto ptr = [&](const std::string& name) -> T* {
+    const ParamSpec* s = reg_.find(name);
+    return s ? base + s->offset : nullptr;
+  };
+  for (int i = 0; i < cfg_.model.n_layer; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    LayerParams& p = table[i];
+    p.ln1_w = ptr(b + "ln1.weight"); p.ln1_b = ptr(b + "ln1.bias");
+    p.qkv_w = ptr(b + "attn.qkv.weight"); p.qkv_b = ptr(b + "attn.qkv.bias");
+    p.proj_w = ptr(b + "attn.proj.weight"); p.proj_b = ptr(b + "attn.proj.bias");
+    p.sink = ptr(b + "attn.sink");
+    p.ln2_w = ptr(b + "ln2.weight"); p.ln2_b = ptr(b + "ln2.bias");
+    const bool gelu = cfg_.model.mlp == "gelu";
+    p.fc_w = ptr(b + (gelu ? "mlp.fc.weight" : "mlp.gate_up.weight"));
+    p.fc_b = ptr(b + (gelu ? "mlp.fc.bias" : "mlp.gate_up.bias"));
+    p.mlp_proj_w = ptr(b + "mlp.proj.weight"); p.mlp_proj_b = ptr(b + "mlp.proj.bias");
+  }
+}
+
+template <class T>
+size_t GPT<T>::num_params() const {
+  size_t n = 0;
+  for (const auto& s : reg_.specs()) n += s.numel;
+  return n;
+}
+
+template <class T>
+T* GPT<T>::param(const std::string& name) const {
+  const ParamSpec* s = reg_.find(name);
+  if (!s) fail("model has no parameter named '", name, "'");
+  return params() + s->offset;
+}
+
+template <class T>
+T* GPT<T>::grad(const std::string& name) const {
+  const ParamSpec* s = reg_.find(name);
+  if (!s) fail("model has no parameter named '", name, "'");
+  return grads() + s->offset;
+}
+
+template <class T>
+void GPT<T>::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  for (const auto& s : reg_.specs()) {
+    T* p = params() + s.offset;
+    for (size_t i = 0; i < s.numel; ++i) {
+      switch (s.init) {
+        case Init::Normal: p[i] = T(rng.normal() * s.init_value); break;
+        case Init::Zero: p[i] = T(0); break;
+        case Init::One: p[i] = T(1); break;
+        case Init::Constant: p[i] = T(s.init_value); break;
+      }
+    }
+  }
+}
+
+template <class T>
+void GPT<T>::zero_grad() {
+  std::memset(grads(), 0, reg_.total() * sizeof(T));
+}
+
+template <class T>
+void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training) {
+  const ModelConfig& m = cfg_.model;
+  const size_t N = (size_t)B * seq, C = m.d_model, L = m.n_layer, H = m.n_head;
+  const size_t fc_cols = m.mlp == "gelu" ? m.mlp_hidden : 2 * m.mlp_hidden;
+  // Two passes: the first counts (Arena returns nullptr), the second hands out real pointers.
+  for (int pass = 0; pass < 2; ++pass) {
+    ws.B = B; ws.seq = seq;
+    ws.res.assign(2 * L + 1, nullptr);
+    for (auto& r : ws.res) r = arena.template take<T>(N * C);
+    ws.layers.assign(L, {});
+    for (auto& l : ws.layers) {
+      l.ln1 = arena.template take<T>(N * C);
+      l.ln1_mean = arena.template take<T>(N);
+      l.ln1_rstd = arena.template take<T>(N);
+      l.qkv = arena.template take<T>(N * m.qkv_dim());
+      l.att = arena.template take<T>(N * H * m.head_dim());
+      l.lse = arena.template take<T>(N * H);
+      l.ln2 = arena.template take<T>(N * C);
+      l.ln2_mean = arena.template take<T>(N);
+      l.ln2_rstd = arena.template take<T>(N);
+      l.fc = arena.template take<T>(N * fc_cols);
+      l.act = arena.template take<T>(N * m.mlp_hidden);
+    }
+    ws.lnf = arena.template take<T>(N * C);
+    ws.lnf_mean = arena.template take<T>(N);
+    ws.lnf_rstd = arena.template take<T>(N);
+    ws.ce_chunk = (int)std::min<size_t>(kCeChunkRows, N);
+    ws.ce_scratch = arena.template take<T>(kernels::lm_head_scratch_size(ws.ce_chunk, m.vocab_size));
+    if (training) {
+      ws.dres = arena.template take<T>(N * C);
+      ws.dln = arena.template take<T>(N * C);
+      ws.dqkv = arena.template take<T>(N * m.qkv_dim());
+      ws.datt = arena.template take<T>(N * H * m.head_dim());
+      ws.dfc = arena.template take<T>(N * fc_cols);
+      ws.dact = arena.template take<T>(N * m.mlp_hidden);
+    }
+    if (pass == 0) arena.commit();
+  }
+}
+
+template <class T>
+void GPT<T>::plan(int B, int seq) {
+  if (B < 1 || seq < 1) fail("micro-batch shape must be positive, got B=", B, " T=", seq);
+  if (seq > cfg_.model.seq_len) {
+    // Longer than training (length extrapolation, §8.6): fine for none and rope, N/A for learned.
+    if (cfg_.attn.pos == "learned")
+      fail("sequence length ", seq, " exceeds model.seq_len = ", cfg_.model.seq_len, ": learned positions are undefined there (N/A)");
+    if (cfg_.attn.pos == "rope") rope_ = kernels::make_rope_table<T>(seq, cfg_.model.head_dim(), cfg_.attn.rope_base);
+  }
+  ATTNLAB_CHECK(!arena_.committed(), "plan() called twice");
+  B_ = B;
+  T_ = seq;
+  plan_workspace(arena_, ws_, B, seq, true);
+}
+
+template <class T>
+void GPT<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const {
+  if (cfg_.model.norm == "layernorm") kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.model.d_model);
+  else kernels::rmsnorm_forward(out, rstd, inp, w, N, cfg_.model.d_model);
+}
+
+template <class T>
+void GPT<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
+                           int N) const {
+  if (cfg_.model.norm == "layernorm") kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.model.d_model);
+  else kernels::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.model.d_model);
+}
+
+template <class T>
+void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool use_cache) {
+  const ModelConfig& m = cfg_.model;
+  const int B = ws.B, Tq = ws.seq, N = B * Tq, C = m.d_model, H = m.n_head, Hkv = m.kv_heads, Dh = m.head_dim();
+  const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
+  const int V = m.vocab_size;
+  for (int i = 0; i < N; ++i)
+    if (inputs[i] < 0 || inputs[i] >= V) fail("token id ", inputs[i], " at position ", i, " is outside the vocabulary [0, ", V, ")");
+  if (cfg_.attn.pos == "learned" && pos_offset + Tq > m.seq_len)
+    fail("learned positions are undefined beyond model.seq_len = ", m.seq_len, " (asked for position ", pos_offset + Tq - 1, ")");
+  kernels::embedding_forward(ws.res[0], inputs, wte_, wpe_, B, Tq, C, pos_offset);
+  const T scale = T(1) / std::sqrt(T(Dh));
+  for (int l = 0; l < m.n_layer; ++l) {
+    const LayerParams& p = layer_params_[l];
+    auto& a = ws.layers[l];
+    T* x = ws.res[2 * l];
+    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
+    kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, qkvC);
+    if (cfg_.attn.pos == "rope") kernels::rope_forward(a.qkv, rope_, B, Tq, H + Hkv, Dh, qkvC, pos_offset);
+    kernels::AttentionShape s{};
+    s.B = B; s.Tq = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
+    s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC;
+    s.out_stride = H * Dh;
+    const T *kp, *vp;
+    if (use_cache) {
+      // Append this chunk's (rotated) keys and values, then attend over the whole cache.
+      const int kvC = Hkv * Dh;
+      T* kc = k_cache_[l];
+      T* vc = v_cache_[l];
+#pragma omp parallel for collapse(2)
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < Tq; ++t) {
+          const T* row = a.qkv + ((size_t)b * Tq + t) * qkvC;
+          const size_t dst = ((size_t)b * cache_cap_ + pos_offset + t) * kvC;
+          std::memcpy(kc + dst, row + H * Dh, kvC * sizeof(T));
+          std::memcpy(vc + dst, row + (H + Hkv) * Dh, kvC * sizeof(T));
+        }
+      kp = kc; vp = vc;
+      s.Tk = pos_offset + Tq; s.kv_stride = kvC; s.kv_batch_stride = (long)cache_cap_ * kvC; s.pos_offset = pos_offset;
+    } else {
+      kp = a.qkv + H * Dh; vp = a.qkv + (H + Hkv) * Dh;
+      s.Tk = Tq; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC; s.pos_offset = 0;
+    }
+    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, scale, s);
+    T* x1 = ws.res[2 * l + 1];
+    kernels::linear_forward(x1, a.att, p.proj_w, p.proj_b, N, H * Dh, C);
+    add_inplace(x1, x, (size_t)N * C);
+    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, x1, p.ln2_w, p.ln2_b, N);
+    kernels::linear_forward(a.fc, a.ln2, p.fc_w, p.fc_b, N, C, fc_cols);
+    if (m.mlp == "gelu") kernels::gelu_forward(a.act, a.fc, (size_t)N * hidden);
+    else kernels::swiglu_forward(a.act, a.fc, N, hidden);
+    T* x2 = ws.res[2 * l + 2];
+    kernels::linear_forward(x2, a.act, p.mlp_proj_w, p.mlp_proj_b, N, hidden, C);
+    add_inplace(x2, x1, (size_t)N * C);
+  }
+  norm_forward(ws.lnf, ws.lnf_mean, ws.lnf_rstd, ws.res[2 * m.n_layer], lnf_w_, lnf_b_, N);
+}
+
+template <class T>
+void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
+  // On entry ws.dln holds dLoss/d(ln_f output), written by the fused LM head.
+  const ModelConfig& m = cfg_.model;
+  const int B = ws.B, Tq = ws.seq, N = B * Tq, C = m.d_model, H = m.n_head, Hkv = m.kv_heads, Dh = m.head_dim();
+  const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
+  const T scale = T(1) / std::sqrt(T(Dh));
+  std::memset(ws.dres, 0, sizeof(T) * N * C);
+  norm_backward(ws.dres, dlnf_w_, dlnf_b_, ws.dln, ws.res[2 * m.n_layer], lnf_w_, ws.lnf_mean, ws.lnf_rstd, N);
+  for (int l = m.n_layer - 1; l >= 0; --l) {
+    const LayerParams& p = layer_params_[l];
+    const LayerParams& g = layer_grads_[l];
+    auto& a = ws.layers[l];
+    // MLP sublayer: x2 = x1 + proj(act(fc(ln2(x1)))); the branch gradient is dres itself.
+    kernels::linear_backward(ws.dact, g.mlp_proj_w, g.mlp_proj_b, ws.dres, a.act, p.mlp_proj_w, N, hidden, C);
+    if (m.mlp == "gelu") kernels::gelu_backward(ws.dfc, ws.dact, a.fc, (size_t)N * hidden);
+    else kernels::swiglu_backward(ws.dfc, ws.dact, a.fc, N, hidden);
+    kernels::linear_backward(ws.dln, g.fc_w, g.fc_b, ws.dfc, a.ln2, p.fc_w, N, C, fc_cols);
+    norm_backward(ws.dres, g.ln2_w, g.ln2_b, ws.dln, ws.res[2 * l + 1], p.ln2_w, a.ln2_mean, a.ln2_rstd, N);
+    // Attention sublayer.
+    kernels::linear_backward(ws.datt, g.proj_w, g.proj_b, ws.dres, a.att, p.proj_w, N, H * Dh, C);
+    kernels::AttentionShape s{};
+    s.B = B; s.Tq = Tq; s.Tk = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
+    s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC;
+    s.out_stride = H * Dh; s.pos_offset = 0;
+    kernels::attention_backward(ws.dqkv, ws.dqkv + H * Dh, ws.dqkv + (H + Hkv) * Dh, g.sink, ws.datt, a.att, a.lse, a.qkv,
+                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, scale, s);
+    if (cfg_.attn.pos == "rope") kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);
+    kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, p.qkv_w, N, C, qkvC);
+    norm_backward(ws.dres, g.ln1_w, g.ln1_b, ws.dln, ws.res[2 * l], p.ln1_w, a.ln1_mean, a.ln1_rstd, N);
+  }
+  kernels::embedding_backward(dwte_, dwpe_, ws.dres, inputs, B, Tq, C, 0);
+}
+
+template <class T>
+int GPT<T>::count_valid(const int32_t* targets, size_t n) const {
+  int c = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (targets[i] >= cfg_.model.vocab_size) fail("target token id ", targets[i], " at position ", i, " is outside the vocabulary");
+    c += targets[i] >= 0;
+  }
+  return c;
+}
+
+template <class T>
+double GPT<T>::train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale) {
+  ATTNLAB_CHECK(arena_.committed(), "plan() before train_micro_step()");
+  const int N = B_ * T_;
+  count_valid(targets, N);
+  forward(ws_, inputs, 0, false);
+  const double loss = kernels::lm_head_ce_forward_backward(ws_.dln, dwte_, (T*)nullptr, ws_.lnf, wte_, targets, N, cfg_.model.d_model,
+                                                           cfg_.model.vocab_size, grad_scale, ws_.ce_scratch, ws_.ce_chunk);
+  backward(ws_, inputs);
+  return loss;
+}
+
+template <class T>
+double GPT<T>::eval_loss(const int32_t* inputs, const int32_t* targets, T* losses) {
+  ATTNLAB_CHECK(arena_.committed(), "plan() before eval_loss()");
+  const int N = B_ * T_;
+  count_valid(targets, N);
+  forward(ws_, inputs, 0, false);
+  return kernels::lm_head_ce_forward(losses, ws_.lnf, wte_, targets, N, cfg_.model.d_model, cfg_.model.vocab_size, ws_.ce_scratch,
+                                     ws_.ce_chunk);
+}
+
+template <class T>
+void GPT<T>::logits(T* out, const int32_t* inputs) {
+  ATTNLAB_CHECK(arena_.committed(), "plan() before logits()");
+  forward(ws_, inputs, 0, false);
+  kernels::lm_head_logits(out, ws_.lnf, wte_, B_ * T_, cfg_.model.d_model, cfg_.model.vocab_size);
+}
+
+template <class T>
+void GPT<T>::plan_inference(int B, int capacity, int max_chunk) {
+  const ModelConfig& m = cfg_.model;
+  if (B < 1 || capacity < 1 || max_chunk < 1) fail("inference shape must be positive");
+  ATTNLAB_CHECK(!inf_arena_.committed(), "plan_inference() called twice");
+  inf_B_ = B; cache_cap_ = capacity; cache_len_ = 0;
+  // Caches and the last-row gather buffer: one allocation, made here, never in forward_cached.
+  const size_t kvC = (size_t)m.kv_heads * m.head_dim(), per_layer = (size_t)B * capacity * kvC;
+  cache_buf_ = Buffer((2 * m.n_layer * per_layer + (size_t)B * m.d_model) * sizeof(T));
+  T* base = cache_buf_.template as<T>();
+  k_cache_.assign(m.n_layer, nullptr);
+  v_cache_.assign(m.n_layer, nullptr);
+  for (int l = 0; l < m.n_layer; ++l) {
+    k_cache_[l] = base + (2 * l) * per_layer;
+    v_cache_[l] = base + (2 * l + 1) * per_layer;
+  }
+  inf_logits_scratch_ = base + 2 * m.n_layer * per_layer;
+  plan_workspace(inf_arena_, inf_ws_, B, max_chunk, false);
+  inf_max_rows_ = B * max_chunk;
+  if (cfg_.attn.pos == "rope" && capacity > rope_.max_pos)
+    rope_ = kernels::make_rope_table<T>(capacity, m.head_dim(), cfg_.attn.rope_base);
+}
+
+template <class T>
+void GPT<T>::forward_cached(T* logits, const int32_t* tokens, int Tq, bool last_only) {
+  ATTNLAB_CHECK(inf_arena_.committed(), "plan_inference() before forward_cached()");
+  const ModelConfig& m = cfg_.model;
+  if (Tq < 1 || (size_t)inf_B_ * Tq > (size_t)inf_max_rows_)
+    fail("chunk of ", Tq, " tokens exceeds the planned inference chunk");
+  if (cache_len_ + Tq > cache_cap_)
+    fail("KV cache is full: ", cache_len_, " + ", Tq, " tokens exceed its capacity of ", cache_cap_);
+  inf_ws_.B = inf_B_;
+  inf_ws_.seq = Tq;
+  forward(inf_ws_, tokens, cache_len_, true);
+  cache_len_ += Tq;
+  const int C = m.d_model, V = m.vocab_size;
+  if (!last_only) {
+    kernels::lm_head_logits(logits, inf_ws_.lnf, wte_, inf_B_ * Tq, C, V);
+    return;
+  }
+  for (int b = 0; b < inf_B_; ++b)
+    std::memcpy(inf_logits_scratch_ + (size_t)b * C, inf_ws_.lnf + ((size_t)b * Tq + Tq - 1) * C, C * sizeof(T));
+  kernels::lm_head_logits(logits, inf_logits_scratch_, wte_, inf_B_, C, V);
+}
+
+template class GPT<float>;
+template class GPT<double>;
+
+}  // namespace attnlab

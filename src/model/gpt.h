@@ -1,0 +1,113 @@
+// The pre-norm decoder-only GPT of MECHANISMS.md §1, with hand-written forward and backward.
+// Templated on the scalar type: float for training, double for whole-model finite-difference tests.
+// Memory: parameters, gradients and Adam moments are one buffer each (ParamRegistry); activations
+// for a (B, T) micro-batch are planned once in an Arena (plan()); nothing is allocated per step.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "kernels/rope.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace attnlab {
+
+template <class T>
+class GPT {
+ public:
+  explicit GPT(const Config& cfg);
+
+  const Config& config() const { return cfg_; }
+  const ParamRegistry& registry() const { return reg_; }
+  size_t num_params() const;  // sum of numel (without alignment padding)
+  T* params() const { return params_.template as<T>(); }
+  T* grads() const { return grads_.template as<T>(); }
+  T* param(const std::string& name) const;  // pointer into params(); error if absent
+  T* grad(const std::string& name) const;
+
+  // GPT-2 init (§1.4) from a seed: N(0, 0.02²), residual outputs N(0, (0.02/sqrt(2L))²), biases 0, gains 1.
+  void init_weights(uint64_t seed);
+  void zero_grad();
+
+  // Plans activation memory for micro-batches of (B, T) (T <= model.seq_len). Called once.
+  void plan(int B, int seq);
+  int planned_B() const { return B_; }
+  int planned_T() const { return T_; }
+  size_t activation_bytes() const { return arena_.planned(); }
+
+  // One micro-batch: forward, fused LM-head cross-entropy forward+backward, backward. Gradients
+  // accumulate (+=) scaled by grad_scale (pass 1/(valid targets × grad_accum) for a mean).
+  // inputs/targets are (B, T) int32; a negative target is ignored. Returns the SUM of the losses.
+  double train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale);
+  // Forward only; returns the sum of losses over valid targets (per-token losses into `losses` if given).
+  double eval_loss(const int32_t* inputs, const int32_t* targets, T* losses = nullptr);
+  // Forward only, full logits (B, T, V) for the planned shape (used by `attnlab grads` and tests).
+  void logits(T* out, const int32_t* inputs);
+  int count_valid(const int32_t* targets, size_t n) const;
+
+  // ---- Inference with a KV cache (sampling, `attnlab forward`) ----
+  // Prepares a cache for batch B and up to `capacity` positions, processing chunks of at most
+  // max_chunk tokens. Positions are absolute (offset = tokens already cached; §1.1).
+  void plan_inference(int B, int capacity, int max_chunk);
+  void reset_cache() { cache_len_ = 0; }
+  int cache_len() const { return cache_len_; }
+  // Appends Tq tokens per batch row (B, Tq) to the cache and writes logits (B, Tq, V)
+  // (or only the last position's (B, V) when last_only).
+  void forward_cached(T* logits, const int32_t* tokens, int Tq, bool last_only);
+
+ private:
+  struct LayerParams {
+    T *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr, *proj_b = nullptr;
+    T *sink = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *mlp_proj_w = nullptr,
+      *mlp_proj_b = nullptr;
+  };
+  // Activations of one forward pass over (B, T) rows; inference and training each have one.
+  struct Workspace {
+    int B = 0, seq = 0;
+    std::vector<T*> res;  // 2L+1 residual states x_0..x_{2L}, (B,T,C)
+    struct Layer {
+      T *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
+      T *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr, *fc = nullptr, *act = nullptr;
+    };
+    std::vector<Layer> layers;
+    T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    // backward scratch (training only)
+    T *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dfc = nullptr, *dact = nullptr;
+    T* ce_scratch = nullptr;
+    int ce_chunk = 0;
+  };
+  void bind_layers(LayerParams* table, T* base) const;
+  void plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training);
+  void forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool use_cache);
+  void backward(Workspace& ws, const int32_t* inputs);
+  void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const;
+  void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd, int N) const;
+
+  Config cfg_;
+  ParamRegistry reg_;
+  Buffer params_, grads_;
+  std::vector<LayerParams> layer_params_, layer_grads_;
+  T *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  T *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
+  kernels::RopeTable<T> rope_;
+
+  int B_ = 0, T_ = 0;
+  Arena arena_;
+  Workspace ws_;
+
+  // inference
+  Arena inf_arena_;
+  Workspace inf_ws_;
+  std::vector<T*> k_cache_, v_cache_;  // per layer (B, capacity, Hkv*Dh)
+  Buffer cache_buf_;
+  int cache_cap_ = 0, cache_len_ = 0, inf_B_ = 0, inf_max_rows_ = 0;
+  T* inf_logits_scratch_ = nullptr;
+};
+
+extern template class GPT<float>;
+extern template class GPT<double>;
+
+}  // namespace attnlab

@@ -1,0 +1,39 @@
+// Parameter registry (STYLE.md, llm.c): one table of {name, shape, init, weight decay} lays out one
+// contiguous buffer each for parameters, gradients and the two Adam moments, gives the safetensors
+// names, and drives initialization and the optimizer's decay policy (MECHANISMS.md §0, §1.4).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+
+namespace attnlab {
+
+enum class Init { Normal, Zero, One, Constant };
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::Normal;
+  double init_value = 0.0;  // std for Normal, value for Constant
+  bool decay = false;       // AdamW decoupled weight decay (§0: only E, P, W_q/k/v/o, MLP matrices)
+  size_t offset = 0;        // element offset in the buffers
+  size_t numel = 0;
+};
+
+class ParamRegistry {
+ public:
+  // Adds a tensor; returns its index. Offsets are 16-element aligned (64 bytes for float).
+  size_t add(std::string name, std::vector<int64_t> shape, Init init, double init_value, bool decay);
+  size_t total() const { return total_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  const ParamSpec& spec(size_t i) const { return specs_[i]; }
+  const ParamSpec* find(const std::string& name) const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  size_t total_ = 0;
+};
+
+}  // namespace attnlab

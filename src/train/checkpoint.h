@@ -1,0 +1,34 @@
+// Checkpoints: safetensors files holding every parameter, the Adam moments and, as metadata, the
+// resolved configuration, the step, the data-loader position and the format version
+// (docs/checkpoint-format.md). Writes are atomic (write-to-temp, fsync, rename): an interrupted
+// save never leaves a half-written checkpoint in place of a good one.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "model/gpt.h"
+
+namespace attnlab {
+
+constexpr const char* kCheckpointFormat = "attnlab";
+constexpr int kCheckpointFormatVersion = 1;
+
+struct TrainingState {
+  int64_t step = 0;              // optimizer steps completed
+  uint64_t data_epoch = 0, data_index = 0;  // DataLoader::State after the last consumed batch
+  uint64_t tokens_seen = 0;
+};
+
+// adam_m / adam_v may be nullptr (weights only: `attnlab export`).
+void save_checkpoint(const std::string& path, const GPT<float>& model, const float* adam_m, const float* adam_v,
+                     const TrainingState& state);
+
+// Reads only the configuration stored in a checkpoint (to build the model before loading).
+Config read_checkpoint_config(const std::string& path);
+
+// Loads parameters (and Adam moments when adam_m/adam_v are non-null: an error if absent).
+// The stored configuration must match the model's; every tensor is checked for name, dtype and shape.
+TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float* adam_m, float* adam_v);
+
+}  // namespace attnlab

@@ -1,0 +1,46 @@
+// The training loop: gradient accumulation, schedules, clipping, AdamW, periodic validation and
+// checkpoints, a progress line and a JSONL metrics log. All buffers are allocated before the first
+// step; the loop itself allocates nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+
+namespace attnlab {
+
+class Shard;
+
+struct TrainOptions {
+  std::string resume;          // checkpoint to resume from (exact resume)
+  int stop_after = -1;         // stop (with a checkpoint) after this many optimizer steps in this run; -1 = no
+  bool quiet = false;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double last_train_loss = 0, val_loss = 0;
+  double tokens_per_s = 0;
+  std::string checkpoint;
+  std::vector<double> losses;  // train loss per optimizer step taken in this run
+};
+
+// Sum of losses and number of targets over the first `max_batches` consecutive (B, T+1) windows of
+// a shard (deterministic, in order; fewer if the shard is short).
+struct EvalResult { double loss_sum = 0; size_t count = 0; double mean() const { return count ? loss_sum / count : 0; } };
+EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches);
+
+// Model FLOPs per token of a training step (MACHINE.md): 6·N_matmul + 12·L·T·d.
+double training_flops_per_token(const GPT<float>& model, int T);
+
+// Global-norm clipping and one AdamW update of every parameter (decay per the registry, §0).
+// t is the 1-based step for bias correction. Returns the gradient norm before clipping.
+double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const TrainConfig& tc, double lr, int t);
+
+TrainSummary train(const Config& cfg, const TrainOptions& opts);
+
+}  // namespace attnlab

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end: prepare → train → eval → forward → sample → grads with the real binary on the small
+# committed corpus, and bad input that must fail with a clear message (exit 1, no crash).
+# Usage: test_cli.sh ATTNLAB_BINARY SOURCE_DIR
+set -uo pipefail
+BIN=$1
+SRC=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+pass=0
+fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+# expect_error NAME PATTERN CMD... : the command must exit 1 and print PATTERN on stderr
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local err
+  err=$("$@" 2>&1 >/dev/null)
+  local rc=$?
+  if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<<"$err"; then ok "$name"; else bad "$name (rc=$rc, stderr: $err)"; fi
+}
+
+inputs=()
+for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
+if "$BIN" prepare "${inputs[@]}" --out "$WORK/data" --vocab 320 >"$WORK/prepare.log" 2>&1 \
+   && [ -s "$WORK/data/train.bin" ] && [ -s "$WORK/data/val.bin" ] && [ -s "$WORK/data/tokenizer.model" ]; then
+  ok prepare
+else
+  bad "prepare: $(tail -5 "$WORK/prepare.log")"
+fi
+
+common=(--preset tiny --set model.vocab_size=320 --set "data.dir=\"$WORK/data\"" --set "train.out_dir=\"$WORK/run\"")
+if "$BIN" train "${common[@]}" --set train.steps=30 --set train.ckpt_every=10 >"$WORK/train.log" 2>&1 \
+   && [ -f "$WORK/run/model.safetensors" ] && [ -f "$WORK/run/step_000010.safetensors" ] && grep -q "val loss" "$WORK/train.log" \
+   && grep -q "tok/s" "$WORK/train.log" && grep -q '"val_loss"' "$WORK/run/metrics.jsonl"; then
+  ok train
+else
+  bad "train: $(tail -5 "$WORK/train.log")"
+fi
+ls "$WORK/run" | grep -q '\.tmp' && bad "train left a temporary file" || ok "no temporary files left"
+
+CK="$WORK/run/model.safetensors"
+out=$("$BIN" eval --checkpoint "$CK" --data "$WORK/data/val.bin" 2>&1)
+grep -q "perplexity" <<<"$out" && ok eval || bad "eval: $out"
+
+printf '1 2 3 4 5\n6 7 8 9 10\n' >"$WORK/ids.txt"
+if "$BIN" forward --checkpoint "$CK" --tokens "$WORK/ids.txt" --out "$WORK/logits.npy" >/dev/null 2>&1; then
+  size=$(stat -c %s "$WORK/logits.npy")
+  # 128-byte header + 2*5*320 floats
+  [ "$size" -eq $((128 + 2 * 5 * 320 * 4)) ] && ok forward || bad "forward: logits.npy has $size bytes"
+else
+  bad forward
+fi
+out=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 2>&1)
+[ $? -eq 0 ] && [ -n "$out" ] && ok sample || bad "sample: $out"
+out2=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 2>&1)
+[ "$out" == "$out2" ] && ok "sample is deterministic for a seed" || bad "sample differs between runs with one seed"
+
+printf '1 2 3 4 5 6\n' >"$WORK/seq.txt"
+"$BIN" grads --checkpoint "$CK" --tokens "$WORK/seq.txt" --out "$WORK/g.safetensors" >/dev/null 2>&1 && ok grads || bad grads
+
+# resume continues from the step-10 checkpoint
+"$BIN" train --resume "$WORK/run/step_000010.safetensors" --set train.steps=12 --quiet >"$WORK/resume.log" 2>&1 && ok resume || bad "resume: $(tail -3 "$WORK/resume.log")"
+
+# bad input: clear errors that name the culprit
+expect_error "missing config file" "nope.toml" "$BIN" train --config "$WORK/nope.toml"
+printf 'model.n_layers = 3\n' >"$WORK/bad.toml"
+expect_error "unknown key" "model.n_layers" "$BIN" train --config "$WORK/bad.toml"
+expect_error "bad --set" "model.d_model" "$BIN" info --set model.d_model=abc
+expect_error "missing data" "train.bin" "$BIN" train --preset tiny --set "data.dir=\"$WORK/none\"" --set "train.out_dir=\"$WORK/r2\""
+head -c 3000 "$CK" >"$WORK/trunc.safetensors"
+expect_error "truncated checkpoint" "trunc.safetensors" "$BIN" eval --checkpoint "$WORK/trunc.safetensors" --data "$WORK/data/val.bin"
+printf 'not a shard at all, just text that is long enough to have a header maybe' >"$WORK/bad.bin"
+expect_error "bad shard" "bad.bin" "$BIN" eval --checkpoint "$CK" --data "$WORK/bad.bin"
+printf '1 2 x\n' >"$WORK/badids.txt"
+expect_error "bad token file" "badids.txt" "$BIN" forward --checkpoint "$CK" --tokens "$WORK/badids.txt" --out "$WORK/x.npy"
+printf '1 2 99999\n' >"$WORK/bigids.txt"
+expect_error "token out of vocabulary" "vocabulary" "$BIN" forward --checkpoint "$CK" --tokens "$WORK/bigids.txt" --out "$WORK/x.npy"
+expect_error "missing checkpoint" "missing.safetensors" "$BIN" sample --checkpoint "$WORK/missing.safetensors" --prompt hi
+"$BIN" init "${common[@]}" --out "$WORK/init.safetensors" >/dev/null 2>&1 && ok init || bad init
+expect_error "resume from weights only" "optimizer state" "$BIN" train --resume "$WORK/init.safetensors"
+expect_error "not a checkpoint" "g.safetensors" "$BIN" eval --checkpoint "$WORK/g.safetensors" --data "$WORK/data/val.bin"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

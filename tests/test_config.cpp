@@ -1,0 +1,90 @@
+// Configuration: strict keys (MECHANISMS.md §7.2 Validation), presets, JSON round trip.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/config.h"
+
+using namespace attnlab;
+
+namespace {
+Config from_text(const std::string& text) { return resolve_config(parse_config_text(text, "test.toml")); }
+
+// The error message of resolving `text`, or "" if it resolved.
+std::string error_of(const std::string& text) {
+  try {
+    from_text(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string source_dir() {
+  if (const char* s = std::getenv("ATTNLAB_SOURCE_DIR")) return s;
+  std::string f = __FILE__;
+  return f.substr(0, f.rfind("/tests/"));
+}
+}  // namespace
+
+TEST(Config, DefaultsAndDerived) {
+  const Config c = from_text("model.d_model = 96\nmodel.n_head = 3\n");
+  EXPECT_EQ(c.model.kv_heads, 3);            // kv_heads defaults to n_head
+  EXPECT_EQ(c.model.mlp_hidden, 4 * 96);     // gelu: 4d
+  const Config s = from_text("model.d_model = 768\nmodel.n_head = 12\nmodel.mlp = swiglu\n");
+  EXPECT_EQ(s.model.mlp_hidden, 2048);       // §1.1: 64*ceil(8d/192) = 2048 for d = 768
+  EXPECT_EQ(c.data.train, "data/default/train.bin");
+}
+
+TEST(Config, TablesCommentsAndTypes) {
+  const Config c = from_text("[model]\nn_layer = 3 # comment\nnorm = \"rmsnorm\"\n[attn]\npos = learned\n[train]\nlr = 1e-4\n");
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.norm, "rmsnorm");
+  EXPECT_EQ(c.attn.pos, "learned");
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-4);
+}
+
+TEST(Config, ErrorsNameTheKeyAndPlace) {
+  EXPECT_NE(error_of("model.n_layers = 4\n").find("unknown configuration key 'model.n_layers'"), std::string::npos);
+  EXPECT_NE(error_of("\n\nmodel.n_layer = four\n").find("test.toml:3"), std::string::npos);
+  EXPECT_NE(error_of("model.norm = batchnorm\n").find("model.norm"), std::string::npos);
+  // inactive mechanism keys (§7.2)
+  EXPECT_NE(error_of("attn.pos = learned\nattn.rope.base = 500\n").find("attn.rope.base"), std::string::npos);
+  EXPECT_NE(error_of("attn.sink.init = 1\n").find("attn.sink.init"), std::string::npos);
+  EXPECT_NE(error_of("train.wsd_decay_frac = 0.3\n").find("train.wsd_decay_frac"), std::string::npos);
+  // invalid combinations
+  EXPECT_NE(error_of("model.n_head = 4\nmodel.kv_heads = 3\n").find("model.kv_heads"), std::string::npos);
+  EXPECT_NE(error_of("model.d_model = 100\nmodel.n_head = 3\n").find("not divisible"), std::string::npos);
+  EXPECT_NE(error_of("model.d_model = 12\nmodel.n_head = 4\n").find("even head dimension"), std::string::npos);
+  EXPECT_EQ(error_of("model.d_model = 12\nmodel.n_head = 4\nattn.pos = none\n"), "");
+  EXPECT_NE(error_of("train.steps = 10\ntrain.warmup = 20\n").find("train.warmup"), std::string::npos);
+  // specified but not yet implemented mechanisms are named, not silently ignored
+  EXPECT_NE(error_of("attn.xsa = on\n").find("not implemented"), std::string::npos);
+  EXPECT_NE(error_of("residual.kind = dar\n").find("residual.kind"), std::string::npos);
+  EXPECT_NE(error_of("garbage line\n").find("expected `key = value`"), std::string::npos);
+  EXPECT_THROW(parse_override("noequals"), Error);
+}
+
+TEST(Config, JsonRoundTrip) {
+  const Config c = from_text("model.n_layer = 3\nmodel.kv_heads = 2\nattn.sink = learned\nattn.sink.init = -1.5\nmodel.bias = false\n");
+  const Config back = Config::from_json(c.to_json(), "roundtrip");
+  EXPECT_EQ(back.to_json().dump(), c.to_json().dump());
+  EXPECT_EQ(back.attn.sink_init, -1.5);
+  EXPECT_FALSE(back.model.bias);
+  // inactive keys are not stored, so a stored config re-resolves cleanly
+  EXPECT_FALSE(c.to_json().contains("train.wsd_decay_frac"));
+}
+
+TEST(Config, PresetsMatchConfigFiles) {
+  for (const char* name : {"tiny", "small", "bench"}) {
+    std::ifstream f(source_dir() + "/configs/" + name + ".toml");
+    ASSERT_TRUE(f) << name;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    EXPECT_EQ(ss.str(), preset_config_text(name)) << "configs/" << name << ".toml differs from the built-in preset";
+    EXPECT_NO_THROW(from_text(ss.str()));
+  }
+}

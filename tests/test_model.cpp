@@ -1,0 +1,160 @@
+// The whole GPT (MECHANISMS.md §1): finite-difference gradients of every parameter in double,
+// KV-cached logits equal uncached logits, causality, and the sink invariant (§1.5).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "check.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+
+using namespace attnlab;
+
+namespace {
+Config tiny(const std::string& extra) {
+  std::string text = "model.n_layer = 2\nmodel.d_model = 16\nmodel.n_head = 4\nmodel.seq_len = 8\nmodel.vocab_size = 23\n" + extra;
+  return resolve_config(parse_config_text(text, "test"));
+}
+
+std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = (int32_t)r.below(V);
+  return t;
+}
+
+// Perturb the init away from the symmetric point (zero biases, unit gains) so every gradient is exercised.
+template <class T>
+void randomize(GPT<T>& m, uint64_t seed) {
+  m.init_weights(seed);
+  Rng r(seed + 1);
+  for (const auto& s : m.registry().specs())
+    for (size_t i = 0; i < s.numel; ++i) m.params()[s.offset + i] += T(0.1 * r.normal());
+}
+
+void check_gradients(const std::string& extra) {
+  const Config cfg = tiny(extra);
+  GPT<double> m(cfg);
+  randomize(m, 3);
+  const int B = 2, T = 6;
+  m.plan(B, T);
+  auto in = random_tokens(B * T, cfg.model.vocab_size, 5), tgt = random_tokens(B * T, cfg.model.vocab_size, 6);
+  tgt[3] = -1;  // an ignored target
+  const int valid = m.count_valid(tgt.data(), tgt.size());
+  m.zero_grad();
+  m.train_micro_step(in.data(), tgt.data(), 1.0 / valid);
+  for (const auto& s : m.registry().specs()) {
+    std::vector<double> x(m.params() + s.offset, m.params() + s.offset + s.numel);
+    std::vector<double> analytic(m.grads() + s.offset, m.grads() + s.offset + s.numel);
+    auto loss = [&]() {
+      std::copy(x.begin(), x.end(), m.params() + s.offset);
+      return m.eval_loss(in.data(), tgt.data()) / valid;
+    };
+    auto numeric = test::numeric_grad(x, loss, 1e-5);
+    std::copy(x.begin(), x.end(), m.params() + s.offset);
+    test::expect_grad_close(analytic, numeric, 1e-6, (extra + " " + s.name).c_str());
+  }
+}
+}  // namespace
+
+TEST(ModelGrad, LayerNormGeluLearned) { check_gradients("attn.pos = learned\n"); }
+TEST(ModelGrad, RmsNormSwigluRopeGqaNoBias) {
+  check_gradients("model.norm = rmsnorm\nmodel.mlp = swiglu\nmodel.kv_heads = 2\nmodel.bias = false\n");
+}
+TEST(ModelGrad, RopeSinkNoPE) {
+  check_gradients("attn.sink = learned\nattn.sink.init = 0.3\n");
+  check_gradients("attn.pos = none\nmodel.kv_heads = 1\n");
+}
+
+TEST(Model, KeyBiasGradientIsStructurallyZeroWithoutRopeOrSink) {
+  const Config cfg = tiny("attn.pos = none\n");
+  GPT<double> m(cfg);
+  randomize(m, 4);
+  m.plan(2, 6);
+  auto in = random_tokens(12, 23, 1), tgt = random_tokens(12, 23, 2);
+  m.zero_grad();
+  m.train_micro_step(in.data(), tgt.data(), 1.0 / 12);
+  const int H = 4, Dh = 4;
+  const double* db = m.grad("blocks.0.attn.qkv.bias");
+  for (int e = H * Dh; e < 2 * H * Dh; ++e) EXPECT_NEAR(db[e], 0.0, 1e-14) << "k bias entry " << e;
+}
+
+TEST(Model, CachedLogitsEqualUncached) {
+  for (const char* extra : {"attn.pos = rope\n", "attn.pos = learned\nattn.sink = learned\n", "attn.pos = none\nmodel.kv_heads = 2\n"}) {
+    const Config cfg = tiny(extra);
+    GPT<float> m(cfg);
+    randomize(m, 7);
+    const int B = 2, T = 8, V = cfg.model.vocab_size;
+    m.plan(B, T);
+    auto in = random_tokens(B * T, V, 9);
+    std::vector<float> full((size_t)B * T * V);
+    m.logits(full.data(), in.data());
+    // chunks of 3, 1, 4 tokens through the cache
+    m.plan_inference(B, T, 4);
+    std::vector<float> chunked((size_t)B * T * V);
+    int done = 0;
+    for (int len : {3, 1, 4}) {
+      std::vector<int32_t> chunk;
+      for (int b = 0; b < B; ++b) chunk.insert(chunk.end(), in.begin() + b * T + done, in.begin() + b * T + done + len);
+      std::vector<float> out((size_t)B * len * V);
+      m.forward_cached(out.data(), chunk.data(), len, false);
+      for (int b = 0; b < B; ++b)
+        std::copy(out.begin() + (size_t)b * len * V, out.begin() + (size_t)(b + 1) * len * V, chunked.begin() + ((size_t)b * T + done) * V);
+      done += len;
+    }
+    EXPECT_LT(test::max_rel_diff(chunked, full), 1e-5) << extra;
+    EXPECT_THROW(m.forward_cached(chunked.data(), in.data(), 1, true), Error);  // cache full
+  }
+}
+
+TEST(Model, Causality) {
+  const Config cfg = tiny("");
+  GPT<double> m(cfg);
+  randomize(m, 11);
+  const int T = 8, V = cfg.model.vocab_size;
+  m.plan(1, T);
+  auto in = random_tokens(T, V, 12);
+  std::vector<double> a((size_t)T * V), b((size_t)T * V);
+  m.logits(a.data(), in.data());
+  const int t_changed = 5;
+  in[t_changed] = (in[t_changed] + 1) % V;
+  m.logits(b.data(), in.data());
+  for (int t = 0; t < T; ++t) {
+    double d = 0;
+    for (int v = 0; v < V; ++v) d = std::max(d, std::abs(a[(size_t)t * V + v] - b[(size_t)t * V + v]));
+    if (t < t_changed) EXPECT_EQ(d, 0.0) << "position " << t;
+    else EXPECT_GT(d, 0.0) << "position " << t;
+  }
+}
+
+TEST(Model, SinkAtMinusInfinityEqualsNoSink) {
+  const Config with = tiny("attn.sink = learned\nattn.sink.init = -1e4\n"), without = tiny("");
+  GPT<double> a(with), b(without);
+  a.init_weights(1);
+  b.init_weights(1);  // same RNG stream: sinks are constants, drawn nothing
+  a.plan(1, 8);
+  b.plan(1, 8);
+  auto in = random_tokens(8, 23, 2);
+  std::vector<double> la(8 * 23), lb(8 * 23);
+  a.logits(la.data(), in.data());
+  b.logits(lb.data(), in.data());
+  EXPECT_LT(test::max_abs_diff(la, lb), 1e-12);
+}
+
+TEST(Model, InitStatistics) {
+  const Config cfg = resolve_config(parse_config_text("model.n_layer = 6\nmodel.d_model = 128\nmodel.n_head = 4\n", "t"));
+  GPT<float> m(cfg);
+  m.init_weights(1);
+  auto stddev = [&](const char* name) {
+    const ParamSpec* s = m.registry().find(name);
+    double sq = 0;
+    for (size_t i = 0; i < s->numel; ++i) sq += double(m.params()[s->offset + i]) * m.params()[s->offset + i];
+    return std::sqrt(sq / s->numel);
+  };
+  EXPECT_NEAR(stddev("wte"), 0.02, 0.001);                                  // §1.4
+  EXPECT_NEAR(stddev("blocks.0.attn.proj.weight"), 0.02 / std::sqrt(12.0), 3e-4);
+  EXPECT_EQ(m.param("blocks.0.ln1.weight")[5], 1.0f);
+  EXPECT_EQ(m.param("blocks.0.ln1.bias")[5], 0.0f);
+  // weight decay only on matrices (§0)
+  for (const auto& s : m.registry().specs()) EXPECT_EQ(s.decay, s.shape.size() == 2) << s.name;
+}

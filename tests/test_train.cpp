@@ -1,0 +1,150 @@
+// Training loop: exact resume (bit-identical losses), checkpoint round trip and validation,
+// schedules, and that a short run on learnable data lowers the loss.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/shard.h"
+#include "train/checkpoint.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+using namespace attnlab;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("attnlab_test_train_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A learnable token stream: a noisy repeating pattern over a small vocabulary.
+void write_data(const fs::path& dir, int V) {
+  Rng r(1);
+  for (const char* name : {"train.bin", "val.bin"}) {
+    std::vector<uint16_t> toks(name[0] == 't' ? 20000 : 3000);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)(r.uniform() < 0.9 ? (i * 7) % V : r.below(V));
+    write_shard((dir / name).string(), toks.data(), toks.size());
+  }
+}
+
+Config config_for(const fs::path& dir, const std::string& extra) {
+  std::string text = "model.n_layer = 2\nmodel.d_model = 32\nmodel.n_head = 4\nmodel.seq_len = 16\nmodel.vocab_size = 50\n"
+                     "train.batch_size = 4\ntrain.steps = 12\ntrain.warmup = 2\ntrain.lr = 3e-3\ntrain.eval_every = 0\n"
+                     "train.eval_batches = 2\ntrain.grad_accum = 2\n"
+                     "data.dir = \"" + dir.string() + "\"\ntrain.out_dir = \"" + (dir / "run").string() + "\"\n" + extra;
+  return resolve_config(parse_config_text(text, "test"));
+}
+}  // namespace
+
+TEST(Train, ExactResumeIsBitIdentical) {
+  const fs::path dir = temp_dir("resume");
+  write_data(dir, 50);
+  TrainOptions quiet;
+  quiet.quiet = true;
+  const Config cfg = config_for(dir, "");
+  const TrainSummary full = train(cfg, quiet);
+  ASSERT_EQ(full.losses.size(), 12u);
+
+  const Config cfg2 = config_for(dir, "train.out_dir = \"" + (dir / "run2").string() + "\"\n");
+  TrainOptions first = quiet;
+  first.stop_after = 5;
+  const TrainSummary a = train(cfg2, first);
+  ASSERT_EQ(a.losses.size(), 5u);
+  TrainOptions second = quiet;
+  second.resume = a.checkpoint;
+  const TrainSummary b = train(cfg2, second);
+  ASSERT_EQ(b.losses.size(), 7u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(a.losses[i], full.losses[i]) << "step " << i;
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(b.losses[i], full.losses[5 + i]) << "step " << 5 + i;
+  EXPECT_EQ(b.val_loss, full.val_loss);
+  fs::remove_all(dir);
+}
+
+TEST(Train, LossDecreasesOnLearnableData) {
+  const fs::path dir = temp_dir("learn");
+  write_data(dir, 50);
+  TrainOptions quiet;
+  quiet.quiet = true;
+  const TrainSummary s = train(config_for(dir, "train.steps = 60\ntrain.warmup = 5\n"), quiet);
+  EXPECT_LT(s.val_loss, std::log(50.0) * 0.6) << "initial loss is log V = " << std::log(50.0);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, RoundTripAndErrors) {
+  const fs::path dir = temp_dir("ckpt");
+  const Config cfg = config_for(dir, "attn.sink = learned\n");
+  GPT<float> m(cfg);
+  m.init_weights(3);
+  std::vector<float> adam_m(m.registry().total(), 0.25f), adam_v(m.registry().total(), 0.5f);
+  TrainingState st{7, 2, 11, 1234};
+  const std::string path = (dir / "c.safetensors").string();
+  save_checkpoint(path, m, adam_m.data(), adam_v.data(), st);
+
+  GPT<float> back(read_checkpoint_config(path));
+  std::vector<float> bm(back.registry().total()), bv(back.registry().total());
+  const TrainingState got = load_checkpoint(path, back, bm.data(), bv.data());
+  EXPECT_EQ(got.step, 7);
+  EXPECT_EQ(got.data_epoch, 2u);
+  EXPECT_EQ(got.data_index, 11u);
+  EXPECT_EQ(got.tokens_seen, 1234u);
+  for (const auto& s : m.registry().specs())
+    for (size_t i = 0; i < s.numel; ++i) ASSERT_EQ(back.params()[s.offset + i], m.params()[s.offset + i]) << s.name;
+  EXPECT_EQ(bm[0], 0.25f);
+  EXPECT_EQ(bv[0], 0.5f);
+
+  // a weights-only file cannot be resumed, and says so
+  const std::string weights = (dir / "w.safetensors").string();
+  save_checkpoint(weights, m, nullptr, nullptr, st);
+  try {
+    load_checkpoint(weights, back, bm.data(), bv.data());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no optimizer state"), std::string::npos) << e.what();
+  }
+  // a model of another shape is refused, naming the file
+  GPT<float> other(config_for(dir, ""));
+  try {
+    load_checkpoint(path, other, nullptr, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  // truncated file: clear error naming the file
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream out((dir / "t.safetensors").string(), std::ios::binary);
+    out.write(bytes.data(), bytes.size() / 2);
+  }
+  try {
+    read_checkpoint_config((dir / "t.safetensors").string());
+    GPT<float> g(cfg);
+    load_checkpoint((dir / "t.safetensors").string(), g, nullptr, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.safetensors"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Schedule, WarmupCosineWsd) {
+  TrainConfig tc;
+  tc.lr = 1.0; tc.min_lr_ratio = 0.1; tc.warmup = 10; tc.steps = 110;
+  EXPECT_DOUBLE_EQ(learning_rate(tc, 0), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(tc, 9), 1.0);
+  EXPECT_NEAR(learning_rate(tc, 10), 1.0, 1e-12);
+  EXPECT_NEAR(learning_rate(tc, 60), 0.55, 1e-12);   // halfway: (1 + 0.1)/2
+  EXPECT_NEAR(learning_rate(tc, 110), 0.1, 1e-12);
+  tc.schedule = "wsd"; tc.wsd_decay_frac = 0.2;      // decay over the last 22 steps
+  EXPECT_DOUBLE_EQ(learning_rate(tc, 87), 1.0);
+  EXPECT_NEAR(learning_rate(tc, 109), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(tc, 98), 1.0 + (0.1 - 1.0) * 11.0 / 22.0, 1e-12);  // 11th of 22 decay steps
+  tc.schedule = "constant";
+  EXPECT_DOUBLE_EQ(learning_rate(tc, 100), 1.0);
+}
