@@ -8,10 +8,17 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-echo "attnlab: installing missing Debian packages: ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "attnlab: installing missing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# The official safetensors reader (PyPI) for Debian's python3, used by the interop tests: the proof
+# that our checkpoints load in the reference implementation of the format.
+if ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
+  echo "attnlab: installing the official safetensors package for /usr/bin/python3"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages safetensors
+fi

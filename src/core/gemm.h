@@ -4,6 +4,7 @@
 // float goes to oneDNN's matmul (chosen by bench/gemm_bench.cpp: see docs/performance.md);
 // double (test builds, finite differences) goes to the naive reference below.
 #pragma once
+#include <atomic>
 #include <cstddef>
 
 namespace attnlab {
@@ -33,6 +34,11 @@ void gemm_naive(bool transA, bool transB, int M, int N, int K, T alpha, const T*
 inline void gemm(bool transA, bool transB, int M, int N, int K, double alpha, const double* A, int lda,
                  const double* B, int ldb, double beta, double* C, int ldc) {
   gemm_naive<double>(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace detail {
+// True while oneDNN executes a matmul (tests/test_no_alloc.cpp attributes allocations with it).
+extern std::atomic<bool> onednn_executing;
 }
 
 // Which backend gemm(float) uses, for the resolved-config banner.

@@ -71,9 +71,22 @@ Config read_checkpoint_config(const std::string& path) {
 TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float* adam_m, float* adam_v) {
   SafetensorsFile f = SafetensorsFile::open(path);
   check_format(f, path);
-  const Config stored = read_checkpoint_config(path);
-  if (stored.to_json().dump() != model.config().to_json().dump())
-    fail("checkpoint ", path, ": its configuration differs from the model being loaded");
+  // The architecture must match exactly; train.* and data.* may differ (e.g. resuming with more steps).
+  const nlohmann::json stored = read_checkpoint_config(path).to_json(), wanted = model.config().to_json();
+  auto architecture = [](const nlohmann::json& j) {
+    nlohmann::json a = nlohmann::json::object();
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.key().rfind("train.", 0) != 0 && it.key().rfind("data.", 0) != 0) a[it.key()] = *it;
+    return a;
+  };
+  const nlohmann::json sa = architecture(stored), wa = architecture(wanted);
+  if (sa != wa) {
+    std::string diff;
+    for (auto it = wa.begin(); it != wa.end(); ++it)
+      if (!sa.contains(it.key()) || sa[it.key()] != *it)
+        diff += " " + it.key() + " (checkpoint " + (sa.contains(it.key()) ? sa[it.key()].dump() : "unset") + ", model " + it->dump() + ")";
+    fail("checkpoint ", path, ": its architecture differs from the model being loaded:", diff);
+  }
   for (const auto& s : model.registry().specs()) f.read(s.name, model.params() + s.offset, s.shape, "F32");
   if (adam_m || adam_v) {
     if (!f.has("adam.m." + model.registry().specs()[0].name))

@@ -23,14 +23,14 @@ expect_error() {
 
 inputs=()
 for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
-if "$BIN" prepare "${inputs[@]}" --out "$WORK/data" --vocab 320 >"$WORK/prepare.log" 2>&1 \
+if "$BIN" prepare "${inputs[@]}" --out "$WORK/data" --vocab 400 >"$WORK/prepare.log" 2>&1 \
    && [ -s "$WORK/data/train.bin" ] && [ -s "$WORK/data/val.bin" ] && [ -s "$WORK/data/tokenizer.model" ]; then
   ok prepare
 else
   bad "prepare: $(tail -5 "$WORK/prepare.log")"
 fi
 
-common=(--preset tiny --set model.vocab_size=320 --set "data.dir=\"$WORK/data\"" --set "train.out_dir=\"$WORK/run\"")
+common=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/data\"" --set "train.out_dir=\"$WORK/run\"")
 if "$BIN" train "${common[@]}" --set train.steps=30 --set train.ckpt_every=10 >"$WORK/train.log" 2>&1 \
    && [ -f "$WORK/run/model.safetensors" ] && [ -f "$WORK/run/step_000010.safetensors" ] && grep -q "val loss" "$WORK/train.log" \
    && grep -q "tok/s" "$WORK/train.log" && grep -q '"val_loss"' "$WORK/run/metrics.jsonl"; then
@@ -48,7 +48,7 @@ printf '1 2 3 4 5\n6 7 8 9 10\n' >"$WORK/ids.txt"
 if "$BIN" forward --checkpoint "$CK" --tokens "$WORK/ids.txt" --out "$WORK/logits.npy" >/dev/null 2>&1; then
   size=$(stat -c %s "$WORK/logits.npy")
   # 128-byte header + 2*5*320 floats
-  [ "$size" -eq $((128 + 2 * 5 * 320 * 4)) ] && ok forward || bad "forward: logits.npy has $size bytes"
+  [ "$size" -eq $((128 + 2 * 5 * 400 * 4)) ] && ok forward || bad "forward: logits.npy has $size bytes"
 else
   bad forward
 fi
@@ -75,7 +75,7 @@ printf 'not a shard at all, just text that is long enough to have a header maybe
 expect_error "bad shard" "bad.bin" "$BIN" eval --checkpoint "$CK" --data "$WORK/bad.bin"
 printf '1 2 x\n' >"$WORK/badids.txt"
 expect_error "bad token file" "badids.txt" "$BIN" forward --checkpoint "$CK" --tokens "$WORK/badids.txt" --out "$WORK/x.npy"
-printf '1 2 99999\n' >"$WORK/bigids.txt"
+printf '1 2 500\n' >"$WORK/bigids.txt"
 expect_error "token out of vocabulary" "vocabulary" "$BIN" forward --checkpoint "$CK" --tokens "$WORK/bigids.txt" --out "$WORK/x.npy"
 expect_error "missing checkpoint" "missing.safetensors" "$BIN" sample --checkpoint "$WORK/missing.safetensors" --prompt hi
 "$BIN" init "${common[@]}" --out "$WORK/init.safetensors" >/dev/null 2>&1 && ok init || bad init
