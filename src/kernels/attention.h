@@ -1,0 +1,790 @@
+// attnlab kernels: fused causal self-attention (flash-style), MECHANISMS.md §1.1 (forward and
+// Backward), §1.3 (learned sink), §1.2 (ALiBi bias). The invariants of §1.5 are tested in
+// tests/kernels/test_attention.cpp; bench/attention_bench.cpp measures GFLOP/s.
+//
+// Layout. q, k, v usually live in one packed qkv buffer (B, T, (H + 2·Hkv)·Dh): a token's query
+// heads, then its key heads, then its value heads. AttentionShape carries the strides, so the same
+// kernel also reads a KV cache (k/v in their own (B, capacity, Hkv·Dh) buffers) with Tq < Tk.
+//
+// Algorithm (fast path). Nothing of size T×T is ever stored:
+// - Forward, one task per (b, h, query tile of kTile rows): online softmax over key tiles; only the
+//   row log-sum-exp is saved. Scores are computed transposed, Sᵀ[key][query], so the running max and
+//   sum are vectors over queries (no horizontal reductions); O accumulates in the output rows.
+// - Backward, one task per (b, kv head): it owns dk, dv of its keys and dq of its G query heads, so
+//   nothing is shared between threads (no atomics). Key tiles are the outer loop; probabilities are
+//   recomputed from lse; D_i = dout_i·out_i is recomputed per tile (O(Dh), negligible).
+// Every matrix product of a tile goes through one register-blocked micro-kernel (tile_product):
+// C[r][lanes] (+)= Σ_k A[r,k]·B[k][lanes], A broadcast from any strided layout, B loaded as vectors.
+// float uses AVX-512 intrinsics when compiled with -march=native on such a CPU; double (the
+// finite-difference tests) and other ISAs use the one-lane portable path of the same code.
+//
+// Extension points (issue 3: XSA, GOAT, ALiBi): a per-(i, j) score bias is added where ALiBi is
+// (forward: add_score_bias_transposed; backward: the element-wise loop), and a per-row output
+// epilogue belongs in the forward's finalize loop, where out_i is normalized.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+
+#include "core/error.h"
+
+// GCC 12 reports its own AVX-512 intrinsics (which start from _mm512_undefined_*) as "maybe
+// uninitialized" once inlined (GCC bug 105593, fixed in GCC 13); the warning is silenced for this
+// header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace attnlab::kernels {
+
+struct AttentionShape {
+  int B, Tq, Tk, H, Hkv, Dh;  // query heads H, KV heads Hkv (H % Hkv == 0, query head h reads kv head h/(H/Hkv))
+  int q_stride;               // elements between consecutive query tokens (packed qkv: (H+2Hkv)*Dh)
+  long q_batch_stride;        // elements between batches of q (usually Tq*q_stride)
+  int kv_stride;              // elements between consecutive key tokens in k and v
+  long kv_batch_stride;       // elements between batches of k/v (a KV cache: capacity*kv_stride)
+  int out_stride;             // elements between output tokens (H*Dh), out batch stride = Tq*out_stride
+  int pos_offset;             // query i sits at absolute position pos_offset+i and sees keys 0..pos_offset+i (Tk >= pos_offset+Tq)
+};
+
+// The shape of plain self-attention over a packed qkv buffer (B, T, (H+2Hkv)*Dh): q at qkv,
+// k at qkv + H*Dh, v at qkv + (H+Hkv)*Dh, output (B, T, H*Dh).
+inline AttentionShape packed_attention_shape(int B, int T, int H, int Hkv, int Dh) {
+  const int stride = (H + 2 * Hkv) * Dh;
+  return AttentionShape{B, T, T, H, Hkv, Dh, stride, long(T) * stride, stride, long(T) * stride, H * Dh, 0};
+}
+
+// The largest head size the fast path's stack tiles hold (kMaxHeadDim·kTile values per tile).
+inline constexpr int kAttentionMaxHeadDim = 256;
+
+// Shapes come from the model configuration, so a bad one is a programming error upstream; it is
+// still reported, never a crash.
+inline void check_attention_shape(const AttentionShape& s, const char* who) {
+  if (s.B < 1 || s.Tq < 1 || s.Tk < 1 || s.H < 1 || s.Hkv < 1 || s.Dh < 1)
+    fail(who, ": B, Tq, Tk, H, Hkv and Dh must be positive (got B=", s.B, " Tq=", s.Tq, " Tk=", s.Tk, " H=", s.H,
+         " Hkv=", s.Hkv, " Dh=", s.Dh, ")");
+  if (s.H % s.Hkv != 0) fail(who, ": n_head ", s.H, " is not a multiple of kv_heads ", s.Hkv, "; choose kv_heads dividing n_head");
+  if (s.pos_offset < 0 || s.Tk < s.pos_offset + s.Tq)
+    fail(who, ": need 0 <= pos_offset and Tk >= pos_offset + Tq (got pos_offset=", s.pos_offset, " Tq=", s.Tq, " Tk=", s.Tk, ")");
+  if (s.Dh > kAttentionMaxHeadDim)
+    fail(who, ": head size ", s.Dh, " exceeds the supported maximum ", kAttentionMaxHeadDim, "; use more heads");
+  if (s.q_stride < s.H * s.Dh || s.kv_stride < s.Hkv * s.Dh || s.out_stride < s.H * s.Dh ||
+      s.q_batch_stride < long(s.Tq - 1) * s.q_stride + s.H * s.Dh ||
+      s.kv_batch_stride < long(s.Tk - 1) * s.kv_stride + s.Hkv * s.Dh)
+    fail(who, ": strides are too small for the heads they hold (q_stride=", s.q_stride, " kv_stride=", s.kv_stride,
+         " out_stride=", s.out_stride, ")");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Naive references: the oracle of the tests and the plain statement of the math (§1.1, §1.3).
+// One softmax row at a time, in double, with no tiling and no saved state.
+// ---------------------------------------------------------------------------------------------
+
+// out (B,Tq,H*Dh) at out_stride; lse (B,H,Tq). q, k, v, sink, alibi_slopes as in attention_forward.
+template <class T>
+void attention_forward_naive(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
+                             const AttentionShape& s, const T* alibi_slopes = nullptr) {
+  check_attention_shape(s, "attention_forward_naive");
+  const int G = s.H / s.Hkv;
+  std::vector<double> logit(s.Tk), acc(s.Dh);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.H; ++h)
+      for (int i = 0; i < s.Tq; ++i) {
+        const T* qi = q + b * s.q_batch_stride + long(i) * s.q_stride + h * s.Dh;
+        const int kappa = h / G, pos = s.pos_offset + i;
+        double m = sink ? double(sink[h]) : -INFINITY;
+        for (int j = 0; j <= pos; ++j) {
+          const T* kj = k + b * s.kv_batch_stride + long(j) * s.kv_stride + kappa * s.Dh;
+          double dot = 0;
+          for (int d = 0; d < s.Dh; ++d) dot += double(qi[d]) * double(kj[d]);
+          logit[j] = dot * double(scale) - (alibi_slopes ? double(alibi_slopes[h]) * (pos - j) : 0.0);
+          m = std::max(m, logit[j]);
+        }
+        double Z = sink ? std::exp(double(sink[h]) - m) : 0.0;  // the sink joins Z with a zero value vector
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int j = 0; j <= pos; ++j) {
+          const T* vj = v + b * s.kv_batch_stride + long(j) * s.kv_stride + kappa * s.Dh;
+          const double p = std::exp(logit[j] - m);
+          Z += p;
+          for (int d = 0; d < s.Dh; ++d) acc[d] += p * double(vj[d]);
+        }
+        T* oi = out + (long(b) * s.Tq + i) * s.out_stride + h * s.Dh;
+        for (int d = 0; d < s.Dh; ++d) oi[d] = T(acc[d] / Z);
+        lse[(long(b) * s.H + h) * s.Tq + i] = T(m + std::log(Z));
+      }
+}
+
+// dq, dk, dv WRITTEN (layouts of q, k, v); dsink += (if non-null). The reference recomputes the
+// probabilities and y in double from q, k, v, so it ignores `out` and `lse` (kept for the signature).
+template <class T>
+void attention_backward_naive(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* /*out*/, const T* /*lse*/,
+                              const T* q, const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,
+                              const T* alibi_slopes = nullptr) {
+  check_attention_shape(s, "attention_backward_naive");
+  const int G = s.H / s.Hkv, Dh = s.Dh;
+  std::vector<double> a(s.Tk), y(Dh), dqi(Dh);
+  std::vector<double> dk_acc(size_t(s.Tk) * Dh), dv_acc(size_t(s.Tk) * Dh);
+  for (int b = 0; b < s.B; ++b)
+    for (int kappa = 0; kappa < s.Hkv; ++kappa) {
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
+      const T* kb = k + b * s.kv_batch_stride + kappa * Dh;
+      const T* vb = v + b * s.kv_batch_stride + kappa * Dh;
+      for (int h = kappa * G; h < (kappa + 1) * G; ++h)
+        for (int i = 0; i < s.Tq; ++i) {
+          const T* qi = q + b * s.q_batch_stride + long(i) * s.q_stride + h * Dh;
+          const T* gi = dout + (long(b) * s.Tq + i) * s.out_stride + h * Dh;
+          const int pos = s.pos_offset + i;
+          // a_ij = softmax over j <= pos (and the sink) of the logits (§1.1, §1.3)
+          double m = sink ? double(sink[h]) : -INFINITY;
+          for (int j = 0; j <= pos; ++j) {
+            double dot = 0;
+            for (int d = 0; d < Dh; ++d) dot += double(qi[d]) * double(kb[long(j) * s.kv_stride + d]);
+            a[j] = dot * double(scale) - (alibi_slopes ? double(alibi_slopes[h]) * (pos - j) : 0.0);
+            m = std::max(m, a[j]);
+          }
+          double Z = sink ? std::exp(double(sink[h]) - m) : 0.0;
+          for (int j = 0; j <= pos; ++j) Z += (a[j] = std::exp(a[j] - m));
+          std::fill(y.begin(), y.end(), 0.0);
+          for (int j = 0; j <= pos; ++j) {
+            a[j] /= Z;
+            for (int d = 0; d < Dh; ++d) y[d] += a[j] * double(vb[long(j) * s.kv_stride + d]);
+          }
+          double D = 0;  // D_i = dy_i·y_i
+          for (int d = 0; d < Dh; ++d) D += double(gi[d]) * y[d];
+          std::fill(dqi.begin(), dqi.end(), 0.0);
+          for (int j = 0; j <= pos; ++j) {
+            double gv = 0;
+            for (int d = 0; d < Dh; ++d) gv += double(gi[d]) * double(vb[long(j) * s.kv_stride + d]);
+            const double dl = a[j] * (gv - D);  // dℓ_ij
+            for (int d = 0; d < Dh; ++d) {
+              dqi[d] += dl * double(kb[long(j) * s.kv_stride + d]) * double(scale);
+              dk_acc[size_t(j) * Dh + d] += dl * double(qi[d]) * double(scale);
+              dv_acc[size_t(j) * Dh + d] += a[j] * double(gi[d]);
+            }
+          }
+          T* dqo = dq + b * s.q_batch_stride + long(i) * s.q_stride + h * Dh;
+          for (int d = 0; d < Dh; ++d) dqo[d] = T(dqi[d]);
+          if (dsink) dsink[h] += T(-std::exp(double(sink[h]) - m) / Z * D);  // ds_h = −Σ p_sink·D (§1.3)
+        }
+      for (int j = 0; j < s.Tk; ++j)
+        for (int d = 0; d < Dh; ++d) {
+          dk[b * s.kv_batch_stride + long(j) * s.kv_stride + kappa * Dh + d] = T(dk_acc[size_t(j) * Dh + d]);
+          dv[b * s.kv_batch_stride + long(j) * s.kv_stride + kappa * Dh + d] = T(dv_acc[size_t(j) * Dh + d]);
+        }
+    }
+}
+
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------
+// SIMD layer: the handful of vector operations the tiles need. The portable version is one lane
+// wide; float on AVX-512 is sixteen.
+// ---------------------------------------------------------------------------------------------
+template <class T>
+struct Simd {
+  static constexpr int W = 1;
+  using V = T;
+  using Mask = unsigned;  // 1 = the lane is live
+  static Mask tail_mask(int n) { return n > 0 ? 1u : 0u; }
+  static V zero() { return T(0); }
+  static V set1(T x) { return x; }
+  static V load(const T* p) { return *p; }
+  static V load(const T* p, Mask m) { return m ? *p : T(0); }
+  static void store(T* p, V x) { *p = x; }
+  static void store(T* p, V x, Mask m) { if (m) *p = x; }
+  static V fmadd(V a, V b, V c) { return a * b + c; }
+  static V mul(V a, V b) { return a * b; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V exp(V x) { return std::exp(x); }  // exp(−inf) = 0 exactly: masked scores vanish
+  static T reduce_add(V x) { return x; }
+};
+
+#if defined(__AVX512F__)
+template <>
+struct Simd<float> {
+  static constexpr int W = 16;
+  using V = __m512;
+  using Mask = __mmask16;
+  static Mask tail_mask(int n) { return n >= 16 ? Mask(0xFFFF) : Mask((1u << n) - 1u); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+  static void store(float* p, V x, Mask m) { _mm512_mask_storeu_ps(p, m, x); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  // exp(x) = 2^n·2^f with n = round(x·log2e), f = x·log2e − n in [−1/2, 1/2] (log2e split in two
+  // floats so that f keeps full precision up to |x| = 88), 2^f by the degree-6 polynomial of Cephes
+  // exp2f, and 2^n added to the exponent bits. 1.6 ulp at worst over [−87.3, 88.3]. n comes from the
+  // 1.5·2^23 trick (its low mantissa bits), so no rounding or scaling instruction is needed. Results
+  // below e^−87.33 (the smallest normal float) are exactly 0: masked scores (−inf) then contribute
+  // nothing, and no denormal reaches the FMAs (they cost microcode assists when FTZ/DAZ are off).
+  static V exp(V x) {
+    const Mask live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
+    const V magic = _mm512_set1_ps(12582912.0f);  // 1.5·2^23
+    const V t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const V n = _mm512_sub_ps(t, magic);
+    V f = _mm512_fmsub_ps(x, _mm512_set1_ps(1.44269502162933349609375f), n);
+    f = _mm512_fmadd_ps(x, _mm512_set1_ps(1.925963033500011e-08f), f);
+    V p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    const __m512i scale = _mm512_slli_epi32(_mm512_castps_si512(t), 23);  // n·2^23: the magic's bits shift out
+    return _mm512_castsi512_ps(_mm512_maskz_add_epi32(live, _mm512_castps_si512(p), scale));
+  }
+  static float reduce_add(V x) { return _mm512_reduce_add_ps(x); }
+};
+#endif
+
+// Tile edge: query rows per forward task, key columns per backward key tile. 64 keeps a tile's
+// score block (16 KiB in float) and its operands in L1/L2; the one-lane path uses 8 so that the
+// double tests cross many tile boundaries.
+template <class T>
+inline constexpr int kTile = Simd<T>::W == 1 ? 8 : 4 * Simd<T>::W;
+
+// Rows of D_i = dout_i·out_i a backward task keeps (32 KiB of stack in float).
+inline constexpr int kDCacheRows = 8192;
+
+// Rows per band on diagonal tiles: the causal structure is followed at this granularity.
+template <class T>
+inline constexpr int kBand = Simd<T>::W == 1 ? 2 : Simd<T>::W;
+
+// Most vectors per micro-kernel call; wider products are split into chunks of this many. Four (64
+// float lanes) keeps a chunk's B operand in L1: with 8, Dh = 128 ran at half the speed.
+inline constexpr int kMaxVectors = 4;
+
+// Rows per register block for nv vectors: about 24 accumulators plus nv operands in 32 registers.
+constexpr int rows_per_block(int nv) { return nv >= 4 ? 6 : nv == 3 ? 8 : 12; }
+
+// The micro-kernel. C[r][0..NV·W) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..NV·W) for r < RB;
+// the last vector of each row is limited to the lanes of `last`. With Accumulate, C is first
+// multiplied by row_scale[r] when row_scale is non-null (the online softmax's rescaling).
+template <class T, int RB, int NV, bool Accumulate>
+inline void micro_kernel(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb,
+                         int K, typename Simd<T>::Mask last) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int W = S::W;
+  V acc[RB][NV] = {};  // every entry is set below; the initializer only quiets GCC 12
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      if constexpr (Accumulate)
+        acc[r][v] = v == NV - 1 ? S::load(C + r * ldc + v * W, last) : S::load(C + r * ldc + v * W);
+      else
+        acc[r][v] = S::zero();
+    }
+    if constexpr (Accumulate)
+      if (row_scale) {
+        const V scale = S::set1(row_scale[r]);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::mul(acc[r][v], scale);
+      }
+  }
+  for (int kk = 0; kk < K; ++kk) {
+    const T* b = B + kk * ldb;
+    V bv[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV - 1; ++v) bv[v] = S::load(b + v * W);
+    bv[NV - 1] = S::load(b + (NV - 1) * W, last);
+    const T* a = A + kk * sk;
+#pragma GCC unroll 16
+    for (int r = 0; r < RB; ++r) {
+      const V ar = S::set1(a[r * sr]);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(ar, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV - 1; ++v) S::store(C + r * ldc + v * W, acc[r][v]);
+    S::store(C + r * ldc + (NV - 1) * W, acc[r][NV - 1], last);
+  }
+}
+
+// The leftover rows (fewer than a full block) of product_rows, dispatched to a fixed-size kernel.
+template <class T, int NV, bool Accumulate, int N>
+inline void micro_kernel_rest(int rest, T* C, long ldc, const T* row_scale, const T* A, long sr, long sk,
+                              const T* B, long ldb, int K, typename Simd<T>::Mask last) {
+  if constexpr (N >= 1) {
+    if (rest == N)
+      micro_kernel<T, N, NV, Accumulate>(C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
+    else
+      micro_kernel_rest<T, NV, Accumulate, N - 1>(rest, C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
+  }
+}
+
+// A causal band on the k range of a tile product: row block [r, r_end) only sums over
+// k in [r + first, r_end + end) (clipped to [0, K)). The entries outside are masked scores, exactly
+// zero, so skipping them changes no bit of the result; it skips most of a diagonal tile's work.
+struct KBand {
+  int first = -(1 << 29), end = 1 << 29;  // the default: every k for every row
+};
+
+template <class T, int NV, bool Accumulate>
+void product_rows(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
+                  int K, typename Simd<T>::Mask last, KBand band) {
+  constexpr int RB = rows_per_block(NV);
+  for (int r = 0; r < rows; r += RB) {
+    const int n = std::min(RB, rows - r);
+    const int k0 = std::clamp(r + band.first, 0, K), k1 = std::clamp(r + n + band.end, k0, K);
+    T* c = C + r * ldc;
+    const T* scale = row_scale ? row_scale + r : nullptr;
+    const T* a = A + r * sr + k0 * sk;
+    const T* b = B + k0 * ldb;
+    if (n == RB)
+      micro_kernel<T, RB, NV, Accumulate>(c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
+    else
+      micro_kernel_rest<T, NV, Accumulate, RB - 1>(n, c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
+  }
+}
+
+// C[r][0..lanes) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..lanes), r < rows: one tile product.
+// A is read by broadcast, so any of its layouts (rows of q, columns of a score tile) works without
+// packing; B's rows must be contiguous over the lanes.
+template <class T, bool Accumulate>
+void tile_product(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
+                  int lanes, int K, KBand band = {}) {
+  using S = Simd<T>;
+  constexpr int W = S::W;
+  for (int l0 = 0; l0 < lanes; l0 += kMaxVectors * W) {
+    const int n = std::min(kMaxVectors * W, lanes - l0), nv = (n + W - 1) / W;
+    const auto last = S::tail_mask(n - (nv - 1) * W);
+    T* c = C + l0;
+    const T* b = B + l0;
+    static_assert(kMaxVectors == 4);
+    switch (nv) {
+      case 1: product_rows<T, 1, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
+      case 2: product_rows<T, 2, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
+      case 3: product_rows<T, 3, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
+      default: product_rows<T, 4, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// In-register transpose of a 16×16 float block: unpack pairs, then pairs of pairs, then 128-bit
+// lanes twice (the standard four-stage network, 64 shuffles for 256 values).
+inline void transpose16x16(__m512* r) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+#endif
+
+// dst[c·ld + r] = scale·src[r·src_stride + c] for r < rows, c < cols; rows..ld-1 of every column
+// are zeroed (padding lanes then hold finite values).
+template <class T>
+inline void pack_transposed(T* dst, int ld, const T* src, long src_stride, int rows, int cols, T scale) {
+  for (int c = 0; c < cols; ++c) std::fill(dst + long(c) * ld + rows, dst + long(c) * ld + ld, T(0));
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    // 16×16 blocks through registers: the scalar scatter of the portable loop would cost about a
+    // tenth of a short forward task.
+    for (int r0 = 0; r0 < rows; r0 += 16)
+      for (int c0 = 0; c0 < cols; c0 += 16) {
+        const int nr = std::min(16, rows - r0), nc = std::min(16, cols - c0);
+        const __mmask16 cm = Simd<float>::tail_mask(nc);
+        __m512 x[16];
+        for (int r = 0; r < 16; ++r)
+          x[r] = r < nr ? _mm512_mul_ps(_mm512_maskz_loadu_ps(cm, src + (r0 + r) * src_stride + c0), _mm512_set1_ps(scale))
+                        : _mm512_setzero_ps();
+        transpose16x16(x);
+        const __mmask16 rm = Simd<float>::tail_mask(nr);
+        for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(dst + long(c0 + c) * ld + r0, rm, x[c]);
+      }
+    return;
+  }
+#endif
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) dst[long(c) * ld + r] = scale * src[r * src_stride + c];
+}
+
+// Σ_d a[d]·b[d] over n values (D_i = dout_i·out_i of the backward).
+template <class T>
+inline T dot(const T* a, const T* b, int n) {
+  using S = Simd<T>;
+  constexpr int W = S::W;
+  typename S::V acc = S::zero();
+  int d = 0;
+  for (; d + W <= n; d += W) acc = S::fmadd(S::load(a + d), S::load(b + d), acc);
+  if (d < n) {
+    const auto m = S::tail_mask(n - d);
+    acc = S::fmadd(S::load(a + d, m), S::load(b + d, m), acc);
+  }
+  return S::reduce_add(acc);
+}
+
+// lane[r] = r: the query (forward) or key (backward) offset of each lane of a tile row.
+template <class T>
+struct LaneIndex {
+  alignas(64) T at[kTile<T>];
+  LaneIndex() { for (int r = 0; r < kTile<T>; ++r) at[r] = T(r); }
+};
+
+// ALiBi on a transposed score tile (§1.2): scores[c][r] += −m_h·(t_r − t_c) for key c and query r,
+// where t_c − t_r = key_minus_query + c − r. The distance is formed in integers first, so it is
+// exact in float at any length.
+template <class T>
+inline void add_alibi_transposed(T* scores, T slope, int key_minus_query, int n_keys, const LaneIndex<T>& lane) {
+  using S = Simd<T>;
+  constexpr int W = S::W, TILE = kTile<T>;
+  const auto m = S::set1(slope);
+  for (int c = 0; c < n_keys; ++c) {
+    const auto base = S::set1(T(key_minus_query + c));
+    for (int vv = 0; vv < TILE / W; ++vv) {
+      T* x = scores + c * TILE + vv * W;
+      S::store(x, S::fmadd(m, S::sub(base, S::load(lane.at + vv * W)), S::load(x)));
+    }
+  }
+}
+
+// dst[r·ld + 0..cols) = src[r·src_stride + 0..cols) for r < rows. Tile operands that are loaded as
+// vectors (B of tile_product) are copied contiguous first: rows of the packed qkv buffer sit
+// (H+2Hkv)·Dh floats apart, a stride that maps a tile's rows onto a few L1 sets, so reading them
+// in place re-fetches them from L2 at every row block.
+template <class T>
+inline void copy_rows(T* dst, long ld, const T* src, long src_stride, int rows, int cols) {
+  using S = Simd<T>;
+  constexpr int W = S::W;
+  for (int r = 0; r < rows; ++r) {
+    int c = 0;
+    for (; c + W <= cols; c += W) S::store(dst + r * ld + c, S::load(src + r * src_stride + c));
+    if (c < cols) {
+      const auto m = S::tail_mask(cols - c);
+      S::store(dst + r * ld + c, S::load(src + r * src_stride + c, m), m);
+    }
+  }
+}
+
+// Asks for rows of a strided operand ahead of use, into L2. Rows of the packed qkv buffer are a
+// few KiB apart, mostly on different pages, where the hardware prefetchers do not follow.
+template <class T>
+inline void prefetch_rows(const T* src, long src_stride, int rows, int cols) {
+#if defined(__SSE__)
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; c += 64 / int(sizeof(T)))
+      _mm_prefetch(reinterpret_cast<const char*>(src + r * src_stride + c), _MM_HINT_T1);
+#else
+  (void)src, (void)src_stride, (void)rows, (void)cols;
+#endif
+}
+
+// Row length of the contiguous tiles: Dh rounded up to whole vectors, so every row is aligned.
+template <class T>
+inline int padded_head_dim(int Dh) {
+  constexpr int W = Simd<T>::W;
+  return (Dh + W - 1) / W * W;
+}
+
+// One forward task: the queries i0 .. i0+kTile−1 of head h in batch b.
+template <class T>
+void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
+                            const AttentionShape& s, const T* alibi_slopes, int b, int h, int i0) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int W = S::W, TILE = kTile<T>, NV = TILE / W;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  const int Dh = s.Dh, ld = padded_head_dim<T>(Dh), kappa = h / (s.H / s.Hkv), br = std::min(TILE, s.Tq - i0);
+  alignas(64) T q_packed[kAttentionMaxHeadDim * TILE];  // scale·Qᵀ, [Dh][TILE]
+  alignas(64) T v_rows[TILE * kAttentionMaxHeadDim];    // the key tile's values, [TILE][ld]
+  alignas(64) T o_acc[TILE * kAttentionMaxHeadDim];     // unnormalized output, [TILE][ld]
+  alignas(64) T scores[TILE * TILE];                   // Sᵀ, then Pᵀ: [key][query]
+  alignas(64) T m[TILE], l[TILE], alpha[TILE];         // per query: running max, running sum, rescale
+  const LaneIndex<T> lane;
+  const T* kb = k + b * s.kv_batch_stride + kappa * Dh;
+  const T* vb = v + b * s.kv_batch_stride + kappa * Dh;
+  pack_transposed(q_packed, TILE, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh, scale);
+  // The sink opens the softmax as a key of logit s_h and zero value (§1.3): m = s_h, l = e^0.
+  std::fill(m, m + TILE, sink ? sink[h] : -kInf);
+  std::fill(l, l + TILE, sink ? T(1) : T(0));
+  const int pos_first = s.pos_offset + i0, n_keys = pos_first + br;  // the last query sees keys 0..n_keys−1
+  for (int j0 = 0; j0 < n_keys; j0 += TILE) {
+    const int bc = std::min(TILE, n_keys - j0);
+    if (j0 + TILE < n_keys) {  // the next key tile's rows
+      prefetch_rows(kb + long(j0 + TILE) * s.kv_stride, s.kv_stride, std::min(TILE, n_keys - j0 - TILE), Dh);
+      prefetch_rows(vb + long(j0 + TILE) * s.kv_stride, s.kv_stride, std::min(TILE, n_keys - j0 - TILE), Dh);
+    }
+    const T* kj = kb + long(j0) * s.kv_stride;
+    const bool diagonal = j0 + bc - 1 > pos_first;  // some (key, query) pairs of the tile are masked
+    if (!diagonal) {
+      tile_product<T, false>(scores, TILE, nullptr, kj, s.kv_stride, 1, q_packed, TILE, bc, TILE, Dh);
+    } else {
+      // Bands of kBand keys skip the query vectors none of their keys is visible to (the mask
+      // below fills those lanes with −inf).
+      for (int c0 = 0; c0 < bc; c0 += kBand<T>) {
+        const int first = std::clamp(j0 + c0 - pos_first, 0, TILE) / W * W;
+        tile_product<T, false>(scores + c0 * TILE + first, TILE, nullptr, kj + long(c0) * s.kv_stride, s.kv_stride,
+                               1, q_packed + first, TILE, std::min(kBand<T>, bc - c0), TILE - first, Dh);
+      }
+    }
+    // Per-(i, j) score biases go here (§1.1: ALiBi now; GOAT's explicit prior in issue 3).
+    if (alibi_slopes) add_alibi_transposed(scores, alibi_slopes[h], j0 - pos_first, bc, lane);
+    // Causal mask: key j0+c is visible to query r iff j0+c <= pos_first+r. Padding lanes (r >= br)
+    // see every key of the loop, so they stay finite.
+    if (diagonal)
+      for (int c = 0; c < bc; ++c) {
+        const int hidden = std::min(TILE, j0 + c - pos_first);
+        if (hidden > 0) std::fill(scores + c * TILE, scores + c * TILE + hidden, -kInf);
+      }
+    // Online softmax, vectorized over queries: new max, rescale factor of the old sum and O. The
+    // NV query vectors are independent chains (one chain per loop would wait on max/add latency).
+    V tile_max[NV], m_new[NV], sum[NV];
+    for (int vv = 0; vv < NV; ++vv) tile_max[vv] = S::set1(-kInf), sum[vv] = S::zero();
+    for (int c = 0; c < bc; ++c)
+      for (int vv = 0; vv < NV; ++vv) tile_max[vv] = S::max(tile_max[vv], S::load(scores + c * TILE + vv * W));
+    for (int vv = 0; vv < NV; ++vv) {
+      const V m_old = S::load(m + vv * W);
+      m_new[vv] = S::max(m_old, tile_max[vv]);
+      S::store(alpha + vv * W, S::exp(S::sub(m_old, m_new[vv])));  // 0 on the first tile without a sink
+      S::store(m + vv * W, m_new[vv]);
+    }
+    for (int c = 0; c < bc; ++c)
+      for (int vv = 0; vv < NV; ++vv) {
+        const V p = S::exp(S::sub(S::load(scores + c * TILE + vv * W), m_new[vv]));
+        S::store(scores + c * TILE + vv * W, p);
+        sum[vv] = S::add(sum[vv], p);
+      }
+    for (int vv = 0; vv < NV; ++vv) S::store(l + vv * W, S::fmadd(S::load(l + vv * W), S::load(alpha + vv * W), sum[vv]));
+    // O[r] = alpha[r]·O[r] + Σ_c Pᵀ[c][r]·V[c]
+    copy_rows(v_rows, ld, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh);
+    const KBand visible{.end = pos_first - j0};  // query r sees keys c <= r + pos_first − j0
+    if (j0 == 0)
+      tile_product<T, false>(o_acc, ld, nullptr, scores, 1, TILE, v_rows, ld, br, Dh, bc, visible);
+    else
+      tile_product<T, true>(o_acc, ld, alpha, scores, 1, TILE, v_rows, ld, br, Dh, bc, visible);
+  }
+  // Per-row epilogue: normalize, store, save the log-sum-exp. (XSA's projection of issue 3 goes here.)
+  T* ob = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
+  T* lse_row = lse + (long(b) * s.H + h) * s.Tq + i0;
+  for (int r = 0; r < br; ++r) {
+    const T inv = T(1) / l[r];
+    const T* o = o_acc + r * ld;
+    T* dst = ob + long(r) * s.out_stride;
+    for (int d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
+    lse_row[r] = m[r] + std::log(l[r]);
+  }
+}
+
+// One backward task: batch b, KV head kappa, with its G query heads (see the file comment).
+template <class T>
+void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
+                             const T* k, const T* v, T scale, const AttentionShape& s, const T* alibi_slopes, int b,
+                             int kappa) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int W = S::W, TILE = kTile<T>, MAXD = kAttentionMaxHeadDim;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  const int Dh = s.Dh, ld = padded_head_dim<T>(Dh), G = s.H / s.Hkv;
+  alignas(64) T k_packed[MAXD * TILE];               // Kᵀ, [Dh][TILE]
+  alignas(64) T v_packed[MAXD * TILE];               // Vᵀ, [Dh][TILE]
+  alignas(64) T k_rows[TILE * MAXD];                 // K, [TILE][ld]
+  alignas(64) T dk_acc[TILE * MAXD], dv_acc[TILE * MAXD];  // the key tile's dK, dV, [TILE][ld]
+  alignas(64) T q_rows[TILE * MAXD], g_rows[TILE * MAXD];  // the query tile's Q and dO, [TILE][ld]
+  alignas(64) T p_tile[TILE * TILE];                 // S, then P: [query][key]
+  alignas(64) T ds_tile[TILE * TILE];                // dP, then scale·dS: [query][key]
+  alignas(64) T d_cache[kDCacheRows];                // D_i of the task's G heads, when they fit
+  const LaneIndex<T> lane;
+  const long kv_offset = b * s.kv_batch_stride + kappa * Dh;
+  const T* kb = k + kv_offset;
+  const T* vb = v + kv_offset;
+  const int last_pos = s.pos_offset + s.Tq - 1;
+  const V vscale = S::set1(scale);
+  // D_i = dout_i·out_i is needed once per key tile; computed once here when G·Tq rows fit the
+  // cache (every training shape), else recomputed per tile from the same dot (same bits).
+  const bool d_cached = long(G) * s.Tq <= kDCacheRows;
+  if (d_cached)
+    for (int h = kappa * G; h < (kappa + 1) * G; ++h)
+      for (int i = 0; i < s.Tq; ++i) {
+        const long row = (long(b) * s.Tq + i) * s.out_stride + h * Dh;
+        d_cache[(h - kappa * G) * s.Tq + i] = dot(dout + row, out + row, Dh);
+      }
+  for (int j0 = 0; j0 < s.Tk; j0 += TILE) {
+    const int bc = std::min(TILE, s.Tk - j0);
+    std::fill(dk_acc, dk_acc + bc * ld, T(0));
+    std::fill(dv_acc, dv_acc + bc * ld, T(0));
+    if (j0 <= last_pos) {  // else: keys no query sees (a cache longer than pos_offset+Tq) get zero
+      const T* kj = kb + long(j0) * s.kv_stride;
+      pack_transposed(k_packed, TILE, kj, s.kv_stride, bc, Dh, T(1));
+      pack_transposed(v_packed, TILE, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh, T(1));
+      copy_rows(k_rows, ld, kj, s.kv_stride, bc, Dh);
+      const int i_first = std::max(0, j0 - s.pos_offset);  // the first query that sees key j0
+      for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
+        const T* lse_h = lse + (long(b) * s.H + h) * s.Tq;
+        const T slope = alibi_slopes ? alibi_slopes[h] : T(0);
+        for (int i0 = i_first; i0 < s.Tq; i0 += TILE) {
+          const int br = std::min(TILE, s.Tq - i0);
+          T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
+          const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
+          copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
+          copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
+          // S = Q·Kᵀ and dP = dO·Vᵀ for this (query tile, key tile). On the diagonal, bands of
+          // kBand queries stop at the last key vector any of them sees.
+          const int pos0 = s.pos_offset + i0;  // >= j0, since i0 >= i_first
+          const int band = j0 + TILE - 1 > pos0 ? kBand<T> : TILE;  // masked pairs only on the diagonal
+          for (int r0 = 0; r0 < br; r0 += band) {
+            const int n = std::min(band, br - r0);
+            const int lanes = std::min(TILE, (pos0 + r0 + n - j0 + W - 1) / W * W);
+            tile_product<T, false>(p_tile + r0 * TILE, TILE, nullptr, q_rows + r0 * ld, ld, 1, k_packed, TILE, n,
+                                   lanes, Dh);
+            tile_product<T, false>(ds_tile + r0 * TILE, TILE, nullptr, g_rows + r0 * ld, ld, 1, v_packed, TILE, n,
+                                   lanes, Dh);
+          }
+          // P = exp(scale·S + bias − lse) (recomputed, §1.1); scale·dS = scale·P∘(dP − D)
+          for (int r = 0; r < br; ++r) {
+            T* p = p_tile + r * TILE;
+            T* g = ds_tile + r * TILE;
+            const int pos = pos0 + r;
+            const int visible = std::min(TILE, pos - j0 + 1);  // keys j0 .. pos: lanes 0..visible−1
+            const int nv = (visible + W - 1) / W;             // vectors computed above for this row
+            std::fill(p + visible, p + nv * W, -kInf);         // includes padding keys >= Tk
+            const V D = S::set1(d_cached ? d_cache[(h - kappa * G) * s.Tq + i0 + r]
+                                         : dot(g_rows + r * ld, oi + long(r) * s.out_stride, Dh));
+            const V L = S::set1(lse_h[i0 + r]);
+            const V m = S::set1(slope), base = S::set1(T(j0 - pos));
+            for (int vv = 0; vv < nv; ++vv) {
+              // x = scale·S + bias in one rounding, the same with or without ALiBi (zero slopes
+              // reproduce no-ALiBi to the bit; GCC contracts a separate multiply and add anyway).
+              const V bias = alibi_slopes ? S::mul(m, S::add(base, S::load(lane.at + vv * W))) : S::zero();  // −m_h(t_i − t_j)
+              const V x = S::fmadd(S::load(p + vv * W), vscale, bias);
+              const V prob = S::exp(S::sub(x, L));
+              S::store(p + vv * W, prob);
+              S::store(g + vv * W, S::mul(S::mul(prob, S::sub(S::load(g + vv * W), D)), vscale));
+            }
+            std::fill(p + nv * W, p + TILE, T(0));  // keys after every query of the band
+            std::fill(g + nv * W, g + TILE, T(0));
+          }
+          // dV[c] += Σ_r P[r][c]·dO[r];  dK[c] += Σ_r scale·dS[r][c]·Q[r]  (rows: keys, lanes: Dh),
+          // over the queries r >= c − (pos0 − j0) that see key c.
+          const KBand seen_by{.first = j0 - pos0};
+          tile_product<T, true>(dv_acc, ld, nullptr, p_tile, 1, TILE, g_rows, ld, bc, Dh, br, seen_by);
+          tile_product<T, true>(dk_acc, ld, nullptr, ds_tile, 1, TILE, q_rows, ld, bc, Dh, br, seen_by);
+          // dQ[r] (+)= Σ_c scale·dS[r][c]·K[c] over the keys c <= r + pos0 − j0 it sees; key tile 0
+          // reaches every query row, so it writes.
+          const KBand sees{.end = pos0 - j0};
+          if (j0 == 0)
+            tile_product<T, false>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
+          else
+            tile_product<T, true>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
+        }
+      }
+    }
+    copy_rows(dk + kv_offset + long(j0) * s.kv_stride, s.kv_stride, dk_acc, ld, bc, Dh);
+    copy_rows(dv + kv_offset + long(j0) * s.kv_stride, s.kv_stride, dv_acc, ld, bc, Dh);
+  }
+}
+
+// Whether a call is worth a parallel region: below ~2 MFLOP (a few microseconds of work) the
+// fork/join costs more than it saves, and on a busy machine a spinning team costs milliseconds.
+inline bool worth_threads(const AttentionShape& s) {
+  const double flops = 4.0 * s.B * s.H * s.Dh * s.Tq * (s.pos_offset + 0.5 * (s.Tq + 1));
+  return flops > 2e6;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// Fast kernels
+// ---------------------------------------------------------------------------------------------
+
+// Causal attention forward (§1.1, with the learned sink of §1.3 and ALiBi of §1.2).
+// q at q + b*q_batch_stride + i*q_stride + h*Dh; k/v at k + b*kv_batch_stride + j*kv_stride + kappa*Dh.
+// out (B,Tq,H*Dh) at out_stride; lse (B,H,Tq) = row log-sum-exp (including the sink term), saved
+// for the backward. sink: [H] learned sink logits or nullptr. alibi_slopes: [H] ALiBi slopes m_h
+// or nullptr. scale = 1/sqrt(Dh) normally. No heap allocation; about 81 KiB of stack per thread
+// for float (kAttentionMaxHeadDim·64 + 64² values).
+template <class T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
+                       const AttentionShape& s, const T* alibi_slopes = nullptr) {
+  check_attention_shape(s, "attention_forward");
+  constexpr int TILE = detail::kTile<T>;
+  const int n_query_tiles = (s.Tq + TILE - 1) / TILE;
+  const long n_heads = long(s.B) * s.H, n_tasks = n_heads * n_query_tiles;
+#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
+  for (long task = 0; task < n_tasks; ++task) {
+    // The query tiles of one head are consecutive (its keys and values stay in L2), the longest
+    // rows first: the loop then ends on short tasks, which balances the two threads.
+    const int query_tile = n_query_tiles - 1 - int(task % n_query_tiles);
+    const int b = int(task / n_query_tiles / s.H), h = int(task / n_query_tiles % s.H);
+    detail::attention_forward_task(out, lse, q, k, v, sink, scale, s, alibi_slopes, b, h, query_tile * TILE);
+  }
+}
+
+// Causal attention backward (§1.1 Backward, §1.3). dq, dk, dv WRITTEN, with the layouts and strides
+// of q, k, v (in the packed dqkv buffer only the q/k/v parts are written). dsink [H] += (if
+// non-null; needs sink). dout, out (B,Tq,H*Dh) at out_stride; lse from attention_forward.
+// D_i = dout_i·out_i is computed inside and probabilities are recomputed from lse: no B×H×T×T
+// buffer anywhere. No heap allocation; about 160 KiB of stack per thread for float.
+template <class T>
+void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
+                        const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,
+                        const T* alibi_slopes = nullptr) {
+  check_attention_shape(s, "attention_backward");
+  if (dsink && !sink) fail("attention_backward: dsink is given but sink is null; pass the sink logits or no dsink");
+  const long n_tasks = long(s.B) * s.Hkv;
+#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
+  for (long task = 0; task < n_tasks; ++task)
+    detail::attention_backward_task(dq, dk, dv, dout, out, lse, q, k, v, scale, s, alibi_slopes, int(task / s.Hkv),
+                                    int(task % s.Hkv));
+  if (dsink) {
+    // ds_h = −Σ_{b,i} p_sink·D_i with p_sink = exp(s_h − lse_i) (§1.3): one reduction per head,
+    // so it needs no shared accumulator between threads.
+#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
+    for (int h = 0; h < s.H; ++h) {
+      double acc = 0;
+      for (int b = 0; b < s.B; ++b)
+        for (int i = 0; i < s.Tq; ++i) {
+          const long row = (long(b) * s.Tq + i) * s.out_stride + h * s.Dh;
+          const T D = detail::dot(dout + row, out + row, s.Dh);
+          acc -= std::exp(double(sink[h]) - double(lse[(long(b) * s.H + h) * s.Tq + i])) * double(D);
+        }
+      dsink[h] += T(acc);
+    }
+  }
+}
+
+}  // namespace attnlab::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -1,0 +1,243 @@
+// attnlab kernels: the tied LM head fused with softmax cross-entropy (MECHANISMS.md §1.1).
+//   logits = Norm_f(x)·Eᵀ with E = wte [V,C] tied to the token embedding; loss = CE over the
+//   next-token targets (the caller turns the returned SUM into a mean).
+// Why fused and chunked: a batch's full (N,V) logits (4096×8192 floats = 128 MB) would be the largest
+// activation of the model, cost a slow first touch (MACHINE.md pitfall 2) and three trips through
+// DRAM. Instead rows are processed chunk_rows at a time through one caller-owned (chunk_rows,V)
+// scratch: logits → softmax/loss → dlogits overwrite the logits in place → the two backward GEMMs.
+// The scratch is reused every chunk, so it stays warm and the step does not allocate.
+//
+// Backward of softmax cross-entropy (standard; MECHANISMS.md §1.1 "loss = mean CE"):
+//   p = softmax(logits), loss_i = logsumexp(logits_i) − logits_i[t_i],  dlogits_i = s·(p_i − onehot(t_i))
+//   dx = dlogits·E (WRITTEN),  dE += dlogitsᵀ·x (ACCUMULATED: E also receives the embedding gradient).
+#pragma once
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/gemm.h"
+
+namespace attnlab::kernels {
+
+// Chunk size chosen with bench/cross_entropy_bench.cpp for (N,C,V) = (4096,256,8192) and
+// (4096,768,8192) on this machine (see the numbers in that file's header comment).
+inline constexpr int lm_head_default_chunk_rows = 512;
+
+// Elements of T the scratch must hold: the (chunk_rows,V) logits/dlogits block plus chunk_rows row
+// losses (kept so the returned sum is added in a fixed order, hence reproducible bit for bit).
+inline size_t lm_head_scratch_size(int chunk_rows, int V) {
+  return (size_t)chunk_rows * (size_t)V + (size_t)chunk_rows;
+}
+
+// Number of targets that contribute to the loss (target >= 0): the caller's mean and grad_scale
+// divide by this (summed over micro-batches when accumulating gradients).
+inline int lm_head_count_targets(const int32_t* targets, int N) {
+  int n = 0;
+  for (int i = 0; i < N; ++i) n += targets[i] >= 0;
+  return n;
+}
+
+namespace ce_detail {
+
+// e^x for x <= 0 (logits after the max is subtracted), written so the compiler vectorizes it
+// (glibc's expf does not vectorize without -ffast-math). Range reduction x = n·ln2 + r with
+// |r| <= ln2/2, then a degree-7 Taylor polynomial (truncation < 5e-9 relative) and 2^n built in the
+// exponent bits. Max relative error vs double exp over [-87, 0]: 7.9e-8, under one float ulp
+// (test ExpNonPositive).
+// Inputs below −87.3 are clamped (result ~1e-38 instead of 0: invisible next to the max term, which
+// is 1). NaN propagates through the polynomial, so a diverged run still reports a NaN loss.
+inline float exp_nonpositive(float x) {
+  constexpr float lo = -87.3f;
+  constexpr float log2e = 1.44269504088896341f;
+  constexpr float ln2_hi = 0.693145751953125f;     // ln2 rounded to 16 bits: n·ln2_hi is exact
+  constexpr float ln2_lo = 1.42860682030941723e-6f;
+  x = x < lo ? lo : x;
+  const float n = std::nearbyint(x * log2e);
+  const float r = (x - n * ln2_hi) - n * ln2_lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return p * two_n;
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+template <class T>
+T row_max(const T* row, int V) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int v = 0; v < V; ++v) m = row[v] > m ? row[v] : m;
+  return m;
+}
+
+// Σ_v exp(row[v] − m), summed in double (8192 float terms summed in float would lose ~1e-5).
+template <class T>
+double row_sum_exp(const T* row, int V, T m) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int v = 0; v < V; ++v) s += (double)exp_nonpositive(T(row[v] - m));
+  return s;
+}
+
+}  // namespace ce_detail
+
+// Forward and backward of softmax cross-entropy for one row, in place. row (V): logits on entry,
+// grad_scale·(softmax − onehot(target)) on exit; all zeros when target < 0 (ignored). Returns the loss
+// (0 when ignored). 0 <= target < V is the caller's responsibility (checked once per call above).
+template <class T>
+T softmax_ce_row_forward_backward(T* row, int V, int32_t target, T grad_scale) {
+  if (target < 0) {
+    std::fill(row, row + V, T(0));
+    return T(0);
+  }
+  const T m = ce_detail::row_max(row, V);
+  const T target_logit = row[target];
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int v = 0; v < V; ++v) {
+    const T e = ce_detail::exp_nonpositive(T(row[v] - m));
+    row[v] = e;
+    s += (double)e;
+  }
+  const T scale = T((double)grad_scale / s);
+#pragma omp simd
+  for (int v = 0; v < V; ++v) row[v] *= scale;
+  row[target] -= grad_scale;
+  return T((double)m - (double)target_logit + std::log(s));
+}
+
+// Loss only, for one row of logits (V). Same max and sum as the fused row above.
+template <class T>
+T softmax_ce_row_forward(const T* row, int V, int32_t target) {
+  if (target < 0) return T(0);
+  const T m = ce_detail::row_max(row, V);
+  const double s = ce_detail::row_sum_exp(row, V, m);
+  return T((double)m - (double)row[target] + std::log(s));
+}
+
+namespace ce_detail {
+// Below this many logits a chunk's softmax runs on one thread: waking the team costs more than the
+// ~0.6 ns/element the work takes (tiny test and sampling shapes).
+inline constexpr size_t kParallelMinElements = 32768;
+// User-facing: targets come from token data, which may not match the model's vocabulary.
+inline void check_targets(const int32_t* targets, int N, int V) {
+  for (int i = 0; i < N; ++i)
+    if (targets[i] >= V)
+      fail("lm head: target token ", targets[i], " at row ", i, " is outside the vocabulary [0, ", V,
+           "); the token data was made with a larger vocabulary than model.vocab_size: re-tokenize or raise it");
+}
+inline void check_args(int N, int C, int V, const void* scratch, int chunk_rows) {
+  ATTNLAB_CHECK(N >= 0 && C > 0 && V > 0, "N=", N, " C=", C, " V=", V);
+  ATTNLAB_CHECK(chunk_rows > 0, "chunk_rows=", chunk_rows);
+  ATTNLAB_CHECK(scratch != nullptr || N == 0, "scratch of lm_head_scratch_size() elements is required");
+}
+}  // namespace ce_detail
+
+// Training: the tied LM head and cross-entropy, forward and backward at once, chunk_rows rows at a time.
+// dx (N,C) WRITTEN; dwte (V,C) ACCUMULATED; losses (N) per-row loss (0 for ignored rows), may be null;
+// x (N,C) final normalized hidden; wte (V,C); targets (N) int32, < 0 = ignored;
+// scratch: lm_head_scratch_size(chunk_rows, V) elements. Returns Σ loss over valid targets (double).
+// dlogits = grad_scale·(p − onehot): grad_scale is e.g. 1/(valid targets in the batch · grad_accum).
+template <class T>
+double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const T* wte, const int32_t* targets,
+                                   int N, int C, int V, T grad_scale, T* scratch, int chunk_rows) {
+  ce_detail::check_args(N, C, V, scratch, chunk_rows);
+  ce_detail::check_targets(targets, N, V);
+  T* row_loss = scratch + (size_t)chunk_rows * V;
+  double total = 0;
+  for (int r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int n = std::min(chunk_rows, N - r0);
+    const T* xr = x + (size_t)r0 * C;
+    // logits (n,V) = x_rows (n,C) · wteᵀ (C,V)
+    gemm(false, true, n, V, C, T(1), xr, C, wte, C, T(0), scratch, V);
+#pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
+    for (int i = 0; i < n; ++i)
+      row_loss[i] = softmax_ce_row_forward_backward(scratch + (size_t)i * V, V, targets[r0 + i], grad_scale);
+    // dx_rows (n,C) = dlogits (n,V) · wte (V,C)
+    gemm(false, false, n, C, V, T(1), scratch, V, wte, C, T(0), dx + (size_t)r0 * C, C);
+    // dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C)
+    gemm(true, false, V, C, n, T(1), scratch, V, xr, C, T(1), dwte, C);
+    for (int i = 0; i < n; ++i) total += (double)row_loss[i];
+    if (losses) std::copy(row_loss, row_loss + n, losses + r0);
+  }
+  return total;
+}
+
+// Evaluation: Σ loss over valid targets, same chunking; losses (N) may be null.
+// x (N,C), wte (V,C), targets (N); scratch: lm_head_scratch_size(chunk_rows, V) elements.
+template <class T>
+double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* targets, int N, int C, int V,
+                          T* scratch, int chunk_rows) {
+  ce_detail::check_args(N, C, V, scratch, chunk_rows);
+  ce_detail::check_targets(targets, N, V);
+  T* row_loss = scratch + (size_t)chunk_rows * V;
+  double total = 0;
+  for (int r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int n = std::min(chunk_rows, N - r0);
+    gemm(false, true, n, V, C, T(1), x + (size_t)r0 * C, C, wte, C, T(0), scratch, V);
+#pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
+    for (int i = 0; i < n; ++i) row_loss[i] = softmax_ce_row_forward(scratch + (size_t)i * V, V, targets[r0 + i]);
+    for (int i = 0; i < n; ++i) total += (double)row_loss[i];
+    if (losses) std::copy(row_loss, row_loss + n, losses + r0);
+  }
+  return total;
+}
+
+// Logits for a few rows (sampling, `attnlab forward`): logits (N,V) = x (N,C) · wteᵀ; wte (V,C).
+template <class T>
+void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
+  gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
+}
+
+// Naive reference (test oracle; allocates): full logits and log-softmax in double, straight loops.
+// dx (N,C) WRITTEN and dwte (V,C) ACCUMULATED unless null; losses (N) may be null; returns Σ loss.
+template <class T>
+double lm_head_ce_naive(T* dx, T* dwte, T* losses, const T* x, const T* wte, const int32_t* targets, int N, int C,
+                        int V, T grad_scale) {
+  std::vector<double> logit(V);
+  double total = 0;
+  for (int i = 0; i < N; ++i) {
+    const int32_t t = targets[i];
+    if (t < 0) {
+      if (losses) losses[i] = T(0);
+      if (dx) std::fill(dx + (size_t)i * C, dx + (size_t)(i + 1) * C, T(0));
+      continue;
+    }
+    double m = -std::numeric_limits<double>::infinity();
+    for (int v = 0; v < V; ++v) {
+      double acc = 0;
+      for (int c = 0; c < C; ++c) acc += (double)x[(size_t)i * C + c] * (double)wte[(size_t)v * C + c];
+      logit[v] = acc;
+      m = std::max(m, acc);
+    }
+    double s = 0;
+    for (int v = 0; v < V; ++v) s += std::exp(logit[v] - m);
+    const double lse = m + std::log(s);
+    const double loss = lse - logit[t];
+    total += loss;
+    if (losses) losses[i] = T(loss);
+    for (int v = 0; v < V; ++v) logit[v] = (double)grad_scale * (std::exp(logit[v] - lse) - (v == t ? 1.0 : 0.0));
+    if (dx)
+      for (int c = 0; c < C; ++c) {
+        double acc = 0;
+        for (int v = 0; v < V; ++v) acc += logit[v] * (double)wte[(size_t)v * C + c];
+        dx[(size_t)i * C + c] = T(acc);
+      }
+    if (dwte)
+      for (int v = 0; v < V; ++v)
+        for (int c = 0; c < C; ++c) dwte[(size_t)v * C + c] += T(logit[v] * (double)x[(size_t)i * C + c]);
+  }
+  return total;
+}
+
+}  // namespace attnlab::kernels

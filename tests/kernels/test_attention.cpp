@@ -1,0 +1,425 @@
+// Tests of the fused causal attention kernel (src/kernels/attention.h) against MECHANISMS.md §1.1
+// (forward and Backward), §1.2 (ALiBi), §1.3 (learned sink) and the invariants of §1.5:
+// - the fast kernel equals the naive reference (float: the AVX-512 path; double: the one-lane path
+//   with 8-wide tiles), over head sizes, GQA groupings, lengths that are not tile multiples;
+// - finite-difference gradients in double for q, k, v and the sink;
+// - KV cache: chunks with pos_offset equal one shot; causality; sink −1e4 = no sink; ALiBi with
+//   zero slopes = no ALiBi; the structural zero of a common key shift without a sink.
+#include "kernels/attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "check.h"
+
+namespace {
+
+using attnlab::kernels::AttentionShape;
+using attnlab::test::max_abs_diff;
+using attnlab::test::max_rel_diff;
+using attnlab::test::random_vec;
+
+enum class Impl { Fast, Naive };
+
+// A sentinel the backward must never overwrite (padding columns of the packed buffer).
+constexpr double kSentinel = 7777.0;
+
+struct Problem {
+  int B, T, H, Hkv, Dh;
+  bool sink = false, alibi = false;
+  int pad = 0;  // unused columns per token in the packed buffer (must stay untouched)
+  uint64_t seed = 1;
+  double q_scale = 1.0;  // larger values make peaked softmax rows
+};
+
+// Self-attention over a packed qkv buffer (B, T, (H+2Hkv)·Dh + pad).
+template <class T>
+struct Packed {
+  Problem c;
+  AttentionShape s;
+  std::vector<T> qkv, sink, slopes;
+  explicit Packed(const Problem& problem) : c(problem) {
+    s = attnlab::kernels::packed_attention_shape(c.B, c.T, c.H, c.Hkv, c.Dh);
+    s.q_stride = s.kv_stride = (c.H + 2 * c.Hkv) * c.Dh + c.pad;
+    s.q_batch_stride = s.kv_batch_stride = long(c.T) * s.q_stride;
+    qkv = random_vec<T>(size_t(c.B) * c.T * s.q_stride, c.seed);
+    for (size_t t = 0; t < size_t(c.B) * c.T; ++t)
+      for (int d = 0; d < c.H * c.Dh; ++d) qkv[t * s.q_stride + d] *= T(c.q_scale);
+    if (c.sink) sink = random_vec<T>(c.H, c.seed + 1);
+    if (c.alibi)
+      for (int h = 0; h < c.H; ++h) slopes.push_back(T(std::pow(2.0, -8.0 * (h + 1) / c.H)));  // §1.2
+  }
+  T* q() { return qkv.data(); }
+  T* k() { return qkv.data() + c.H * c.Dh; }
+  T* v() { return qkv.data() + (c.H + c.Hkv) * c.Dh; }
+  const T* sink_ptr() const { return sink.empty() ? nullptr : sink.data(); }
+  const T* slopes_ptr() const { return slopes.empty() ? nullptr : slopes.data(); }
+  T scale() const { return T(1 / std::sqrt(double(c.Dh))); }
+  size_t out_size() const { return size_t(c.B) * c.T * c.H * c.Dh; }
+};
+
+template <class T>
+struct Result {
+  std::vector<T> out, lse, dqkv, dsink;
+};
+
+template <class T>
+void forward(Impl impl, T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
+             const AttentionShape& s, const T* slopes) {
+  if (impl == Impl::Fast)
+    attnlab::kernels::attention_forward(out, lse, q, k, v, sink, scale, s, slopes);
+  else
+    attnlab::kernels::attention_forward_naive(out, lse, q, k, v, sink, scale, s, slopes);
+}
+
+template <class T>
+void backward(Impl impl, T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
+              const T* k, const T* v, const T* sink, T scale, const AttentionShape& s, const T* slopes) {
+  if (impl == Impl::Fast)
+    attnlab::kernels::attention_backward(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, slopes);
+  else
+    attnlab::kernels::attention_backward_naive(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, slopes);
+}
+
+// Forward, then (given dout) backward, of one implementation on a packed problem.
+template <class T>
+Result<T> run(Impl impl, Packed<T>& p, const std::vector<T>* dout) {
+  Result<T> r;
+  r.out.assign(p.out_size(), T(0));
+  r.lse.assign(size_t(p.c.B) * p.c.H * p.c.T, T(0));
+  forward(impl, r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s, p.slopes_ptr());
+  if (dout) {
+    r.dqkv.assign(p.qkv.size(), T(kSentinel));
+    r.dsink.assign(p.c.H, T(0.5));  // += : the kernels must add to what is there
+    T* dq = r.dqkv.data();
+    backward(impl, dq, dq + p.c.H * p.c.Dh, dq + (p.c.H + p.c.Hkv) * p.c.Dh, p.sink.empty() ? nullptr : r.dsink.data(),
+             dout->data(), r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s,
+             p.slopes_ptr());
+  }
+  return r;
+}
+
+// The gradient buffer with its padding columns checked (still the sentinel: the backward writes
+// only q, k and v) and then zeroed, so that comparisons see only real gradients.
+template <class T>
+std::vector<T> without_padding(std::vector<T> dqkv, const Packed<T>& p) {
+  for (size_t t = 0; t < size_t(p.c.B) * p.c.T; ++t)
+    for (int d = (p.c.H + 2 * p.c.Hkv) * p.c.Dh; d < p.s.q_stride; ++d) {
+      EXPECT_EQ(dqkv[t * p.s.q_stride + d], T(kSentinel)) << "backward wrote outside q/k/v at token " << t;
+      dqkv[t * p.s.q_stride + d] = T(0);
+    }
+  return dqkv;
+}
+
+// ----- fast vs naive --------------------------------------------------------------------------
+
+// Tolerances: the naive reference accumulates in double, so the float error is the fast kernel's
+// own: dot products of Dh terms and sums over up to T keys in float, exp to ~2 ulp. Measured
+// worst cases are a few 1e-7 relative; 5e-6 leaves an order of magnitude and still catches any
+// wrong index, mask or missing rescale (those give errors of 1e-2 or more).
+void expect_fast_matches_naive_float(const Problem& c, double tol = 5e-6) {
+  SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv << " Dh=" << c.Dh
+                                  << " sink=" << c.sink << " alibi=" << c.alibi << " pad=" << c.pad);
+  Packed<float> p(c);
+  const auto dout = random_vec<float>(p.out_size(), c.seed + 7);
+  const auto fast = run(Impl::Fast, p, &dout);
+  const auto naive = run(Impl::Naive, p, &dout);
+  EXPECT_LT(max_rel_diff(fast.out, naive.out), tol) << "out";
+  EXPECT_LT(max_rel_diff(fast.lse, naive.lse), tol) << "lse";
+  EXPECT_LT(max_rel_diff(without_padding(fast.dqkv, p), without_padding(naive.dqkv, p)), tol) << "dqkv";
+  if (c.sink) {
+    EXPECT_LT(max_rel_diff(fast.dsink, naive.dsink), tol) << "dsink";
+  }
+}
+
+TEST(Attention, FastMatchesNaiveFloatOneTile) { expect_fast_matches_naive_float({2, 64, 4, 4, 64}); }
+TEST(Attention, FastMatchesNaiveFloatPartialTilesGqa2Sink) {
+  expect_fast_matches_naive_float({2, 100, 4, 2, 32, true});
+}
+TEST(Attention, FastMatchesNaiveFloatGqa1Dh16SinkAlibi) {
+  expect_fast_matches_naive_float({1, 77, 4, 1, 16, true, true});
+}
+TEST(Attention, FastMatchesNaiveFloatDh128) { expect_fast_matches_naive_float({1, 130, 2, 2, 128}); }
+TEST(Attention, FastMatchesNaiveFloatManyTilesGqa2) { expect_fast_matches_naive_float({1, 300, 4, 2, 64, true}); }
+TEST(Attention, FastMatchesNaiveFloatOddHeadSizeAndPadding) {
+  // Dh = 24 and 40 leave partial vectors (masked loads and stores); pad columns must survive.
+  expect_fast_matches_naive_float({2, 50, 4, 4, 24, false, true, 3});
+  expect_fast_matches_naive_float({1, 33, 3, 1, 40, true, false, 5});
+}
+TEST(Attention, FastMatchesNaiveFloatShortSequences) {
+  for (int T : {1, 2, 15, 17}) expect_fast_matches_naive_float({2, T, 2, 1, 32, true});
+}
+TEST(Attention, FastMatchesNaiveFloatLongGqa8) {
+  // G·T = 8·1100 rows of D_i exceed the backward's D cache: the per-tile recomputation path.
+  expect_fast_matches_naive_float({1, 1100, 8, 1, 16, true});
+}
+TEST(Attention, FastMatchesNaiveFloatPeakedRows) {
+  // Logits of several hundred: the online softmax rescales by factors that underflow to zero.
+  Problem c{1, 150, 2, 2, 64, true, false};
+  c.q_scale = 30;
+  expect_fast_matches_naive_float(c, 2e-5);
+}
+
+TEST(Attention, FastMatchesNaiveDouble) {
+  // The one-lane path with 8-wide tiles: agreement to rounding.
+  for (const Problem& c : {Problem{2, 21, 4, 2, 5, true, true}, Problem{1, 8, 2, 1, 8}, Problem{2, 17, 3, 3, 13, false, false, 2}}) {
+    Packed<double> p(c);
+    const auto dout = random_vec<double>(p.out_size(), 99);
+    const auto fast = run(Impl::Fast, p, &dout);
+    const auto naive = run(Impl::Naive, p, &dout);
+    EXPECT_LT(max_rel_diff(fast.out, naive.out), 1e-13);
+    EXPECT_LT(max_abs_diff(fast.lse, naive.lse), 1e-13);
+    EXPECT_LT(max_rel_diff(without_padding(fast.dqkv, p), without_padding(naive.dqkv, p)), 1e-13);
+    EXPECT_LT(max_rel_diff(fast.dsink, naive.dsink), 1e-13);
+  }
+}
+
+// ----- finite differences ---------------------------------------------------------------------
+
+// loss = Σ w∘out for a fixed random w, so dout = w. Central differences with h = 1e-6 in double
+// have error ~1e-9 relative to the gradient scale; 1e-6 is the spec's bar (MECHANISMS.md §0).
+void expect_gradients_match_finite_differences(Impl impl, Problem c) {
+  SCOPED_TRACE(testing::Message() << (impl == Impl::Fast ? "fast" : "naive") << " T=" << c.T << " H=" << c.H
+                                  << " Hkv=" << c.Hkv << " Dh=" << c.Dh << " sink=" << c.sink << " alibi=" << c.alibi);
+  Packed<double> p(c);
+  const auto w = random_vec<double>(p.out_size(), c.seed + 3);
+  const auto analytic = run(impl, p, &w);
+  std::vector<double> out(p.out_size()), lse(size_t(c.B) * c.H * c.T);
+  auto loss = [&] {
+    forward(impl, out.data(), lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s, p.slopes_ptr());
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += w[i] * out[i];
+    return l;
+  };
+  auto numeric = attnlab::test::numeric_grad(p.qkv, loss);
+  attnlab::test::expect_grad_close(without_padding(analytic.dqkv, p), numeric, 1e-6, "dqkv");
+  if (c.sink) {
+    auto dsink = analytic.dsink;
+    for (auto& x : dsink) x -= 0.5;  // the initial value the kernel added to
+    attnlab::test::expect_grad_close(dsink, attnlab::test::numeric_grad(p.sink, loss), 1e-6, "dsink");
+  }
+}
+
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  for (Impl impl : {Impl::Fast, Impl::Naive}) {
+    expect_gradients_match_finite_differences(impl, {2, 11, 4, 2, 5, true, false, 1});
+    expect_gradients_match_finite_differences(impl, {1, 19, 2, 1, 4, false, true});
+    expect_gradients_match_finite_differences(impl, {1, 9, 2, 2, 3, true, true});
+  }
+}
+
+TEST(Attention, GradientsMatchFiniteDifferencesWithKvCacheOffset) {
+  // Tq < Tk: 5 queries at positions 7..11 over a cache of 14 keys (the last two unseen: zero grad).
+  const int B = 2, Tq = 5, Tk = 14, H = 2, Hkv = 1, Dh = 6, off = 7;
+  const int kv_stride = 2 * Hkv * Dh;
+  AttentionShape s{B, Tq, Tk, H, Hkv, Dh, H * Dh, long(Tq) * H * Dh, kv_stride, long(Tk + 3) * kv_stride, H * Dh, off};
+  auto q = random_vec<double>(size_t(B) * Tq * H * Dh, 5);
+  auto cache = random_vec<double>(size_t(B) * (Tk + 3) * kv_stride, 6);
+  auto sink = random_vec<double>(H, 7);
+  const auto w = random_vec<double>(size_t(B) * Tq * H * Dh, 8);
+  const double scale = 1 / std::sqrt(double(Dh));
+  std::vector<double> out(w.size()), lse(size_t(B) * H * Tq);
+  auto loss = [&] {
+    attnlab::kernels::attention_forward(out.data(), lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh,
+                                        sink.data(), scale, s);
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += w[i] * out[i];
+    return l;
+  };
+  loss();
+  std::vector<double> dq(q.size()), dcache(cache.size(), 0.0), dsink(H, 0.0);
+  attnlab::kernels::attention_backward(dq.data(), dcache.data(), dcache.data() + Hkv * Dh, dsink.data(), w.data(),
+                                       out.data(), lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh,
+                                       sink.data(), scale, s);
+  attnlab::test::expect_grad_close(dq, attnlab::test::numeric_grad(q, loss), 1e-6, "dq");
+  attnlab::test::expect_grad_close(dcache, attnlab::test::numeric_grad(cache, loss), 1e-6, "dk/dv");
+  attnlab::test::expect_grad_close(dsink, attnlab::test::numeric_grad(sink, loss), 1e-6, "dsink");
+}
+
+// ----- KV cache: chunks equal one shot ----------------------------------------------------------
+
+TEST(Attention, KvCacheChunksEqualOneShot) {
+  // One shot over the packed buffer, then the same sequence in chunks of 20, 1, 60 and 49 tokens,
+  // each attending to a cache (B, capacity, 2·Hkv·Dh) with pos_offset = tokens already cached.
+  const int B = 2, T = 130, H = 4, Hkv = 2, Dh = 32, capacity = 160;
+  Packed<float> p(Problem{B, T, H, Hkv, Dh, true, true});
+  const auto one_shot = run<float>(Impl::Fast, p, nullptr);
+  const int kv_stride = 2 * Hkv * Dh;
+  std::vector<float> cache(size_t(B) * capacity * kv_stride, std::nanf(""));  // unfilled slots are NaN
+  std::vector<float> q_chunk, out_chunk, lse_chunk, out(p.out_size()), lse(size_t(B) * H * T);
+  int done = 0;
+  for (int n : {20, 1, 60, 49}) {
+    q_chunk.assign(size_t(B) * n * H * Dh, 0.f);
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < n; ++i) {
+        const float* tok = p.qkv.data() + (size_t(b) * T + done + i) * p.s.q_stride;
+        std::memcpy(&q_chunk[(size_t(b) * n + i) * H * Dh], tok, sizeof(float) * H * Dh);
+        std::memcpy(&cache[(size_t(b) * capacity + done + i) * kv_stride], tok + H * Dh, sizeof(float) * kv_stride);
+      }
+    AttentionShape s{B, n, done + n, H, Hkv, Dh, H * Dh, long(n) * H * Dh, kv_stride, long(capacity) * kv_stride, H * Dh, done};
+    out_chunk.assign(size_t(B) * n * H * Dh, 0.f);
+    lse_chunk.assign(size_t(B) * H * n, 0.f);
+    attnlab::kernels::attention_forward(out_chunk.data(), lse_chunk.data(), q_chunk.data(), cache.data(),
+                                        cache.data() + Hkv * Dh, p.sink_ptr(), p.scale(), s, p.slopes_ptr());
+    for (int b = 0; b < B; ++b) {
+      std::memcpy(&out[(size_t(b) * T + done) * H * Dh], &out_chunk[size_t(b) * n * H * Dh], sizeof(float) * n * H * Dh);
+      for (int h = 0; h < H; ++h)
+        std::memcpy(&lse[(size_t(b) * H + h) * T + done], &lse_chunk[(size_t(b) * H + h) * n], sizeof(float) * n);
+    }
+    done += n;
+  }
+  EXPECT_LT(max_rel_diff(out, one_shot.out), 1e-5);  // §1.5: fp32 relative 1e-5
+  EXPECT_LT(max_abs_diff(lse, one_shot.lse), 1e-5);
+}
+
+TEST(Attention, KvCacheChunkBackwardMatchesNaive) {
+  // The backward of a chunk (Tq < Tk, pos_offset > 0, batch stride = cache capacity) in float.
+  const int B = 2, Tq = 70, Tk = 150, H = 4, Hkv = 1, Dh = 64, off = 75, capacity = 200;
+  const int kv_stride = 2 * Hkv * Dh;
+  AttentionShape s{B, Tq, Tk, H, Hkv, Dh, H * Dh, long(Tq) * H * Dh, kv_stride, long(capacity) * kv_stride, H * Dh, off};
+  const auto q = random_vec<float>(size_t(B) * Tq * H * Dh, 11);
+  const auto cache = random_vec<float>(size_t(B) * capacity * kv_stride, 12);
+  const auto sink = random_vec<float>(H, 13);
+  const auto dout = random_vec<float>(size_t(B) * Tq * H * Dh, 14);
+  const float scale = 0.125f;
+  Result<float> r[2];
+  for (int i = 0; i < 2; ++i) {
+    const Impl impl = i == 0 ? Impl::Fast : Impl::Naive;
+    r[i].out.assign(dout.size(), 0.f);
+    r[i].lse.assign(size_t(B) * H * Tq, 0.f);
+    r[i].dqkv.assign(q.size() + cache.size(), float(kSentinel));  // dq, then the cache's dk/dv
+    r[i].dsink.assign(H, 0.f);
+    forward(impl, r[i].out.data(), r[i].lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh, sink.data(), scale,
+            s, (const float*)nullptr);
+    float* dcache = r[i].dqkv.data() + q.size();
+    backward(impl, r[i].dqkv.data(), dcache, dcache + Hkv * Dh, r[i].dsink.data(), dout.data(), r[i].out.data(),
+             r[i].lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh, sink.data(), scale, s,
+             (const float*)nullptr);
+  }
+  EXPECT_LT(max_rel_diff(r[0].out, r[1].out), 5e-6);
+  EXPECT_LT(max_rel_diff(r[0].dqkv, r[1].dqkv), 5e-6);  // includes cache slots >= Tk left at the sentinel
+  EXPECT_LT(max_rel_diff(r[0].dsink, r[1].dsink), 5e-6);
+}
+
+// ----- invariants (§1.5) ----------------------------------------------------------------------
+
+TEST(Attention, Causality) {
+  // Perturbing token t' (its q, k and v) changes no output row t < t' — exactly, since masked
+  // scores become exact zeros — and does change row t'.
+  Problem c{2, 150, 4, 2, 32, true, true};
+  Packed<float> p(c);
+  const auto base = run<float>(Impl::Fast, p, nullptr);
+  for (int tp : {0, 63, 64, 100, 149}) {
+    Packed<float> perturbed(c);
+    for (int b = 0; b < c.B; ++b)
+      for (int d = 0; d < (c.H + 2 * c.Hkv) * c.Dh; ++d) perturbed.qkv[(size_t(b) * c.T + tp) * p.s.q_stride + d] += 3.f;
+    const auto r = run<float>(Impl::Fast, perturbed, nullptr);
+    const size_t row = size_t(c.H) * c.Dh;
+    for (int b = 0; b < c.B; ++b) {
+      for (int t = 0; t < tp; ++t)
+        for (size_t d = 0; d < row; ++d)
+          ASSERT_EQ(r.out[(size_t(b) * c.T + t) * row + d], base.out[(size_t(b) * c.T + t) * row + d])
+              << "row " << t << " saw token " << tp;
+      double change = 0;
+      for (size_t d = 0; d < row; ++d)
+        change += std::abs(r.out[(size_t(b) * c.T + tp) * row + d] - base.out[(size_t(b) * c.T + tp) * row + d]);
+      EXPECT_GT(change, 1e-3) << "row " << tp << " ignored its own token";
+    }
+  }
+}
+
+TEST(Attention, BackwardCausality) {
+  // A loss on row i alone: keys after i get exactly zero dk and dv, and other rows zero dq.
+  Problem c{1, 140, 2, 1, 32, true, false};
+  Packed<float> p(c);
+  const int i = 70;
+  std::vector<float> dout(p.out_size(), 0.f);
+  for (int d = 0; d < c.H * c.Dh; ++d) dout[size_t(i) * c.H * c.Dh + d] = 1.f + 0.01f * d;
+  const auto r = run(Impl::Fast, p, &dout);
+  for (int t = 0; t < c.T; ++t)
+    for (int d = 0; d < (c.H + 2 * c.Hkv) * c.Dh; ++d) {
+      const float g = r.dqkv[size_t(t) * p.s.q_stride + d];
+      const bool is_q = d < c.H * c.Dh;
+      if ((is_q && t != i) || (!is_q && t > i)) {
+        ASSERT_EQ(g, 0.f) << "token " << t << " column " << d;
+      }
+    }
+  double at_i = 0;
+  for (int d = 0; d < c.H * c.Dh; ++d) at_i += std::abs(r.dqkv[size_t(i) * p.s.q_stride + d]);
+  EXPECT_GT(at_i, 1e-4);
+}
+
+TEST(Attention, SinkAtMinus1e4EqualsNoSink) {
+  // exp(−1e4 − m) is exactly 0 in float, so the two runs agree to the bit; dsink is 0 (p_sink = 0).
+  Problem c{2, 100, 4, 2, 64, true, false};
+  Packed<float> with_sink(c);
+  std::fill(with_sink.sink.begin(), with_sink.sink.end(), -1e4f);
+  c.sink = false;
+  Packed<float> without(c);
+  const auto dout = random_vec<float>(without.out_size(), 3);
+  const auto a = run(Impl::Fast, with_sink, &dout);
+  const auto b = run(Impl::Fast, without, &dout);
+  EXPECT_EQ(max_abs_diff(a.out, b.out), 0.0);
+  EXPECT_EQ(max_abs_diff(a.lse, b.lse), 0.0);
+  EXPECT_EQ(max_abs_diff(a.dqkv, b.dqkv), 0.0);
+  for (float ds : a.dsink) EXPECT_EQ(ds, 0.5f);  // += 0 onto the initial 0.5
+}
+
+TEST(Attention, AlibiWithZeroSlopesEqualsNoAlibi) {
+  Problem c{1, 90, 4, 4, 32, true, true};
+  Packed<float> zero(c);
+  std::fill(zero.slopes.begin(), zero.slopes.end(), 0.f);
+  c.alibi = false;
+  Packed<float> none(c);
+  const auto dout = random_vec<float>(none.out_size(), 4);
+  const auto a = run(Impl::Fast, zero, &dout);
+  const auto b = run(Impl::Fast, none, &dout);
+  EXPECT_EQ(max_abs_diff(a.out, b.out), 0.0);
+  EXPECT_EQ(max_abs_diff(a.dqkv, b.dqkv), 0.0);
+}
+
+TEST(Attention, CommonKeyShiftHasZeroGradientWithoutSink) {
+  // Shifting every key of a (b, kv head) by one vector adds q_i·c to a whole softmax row, which
+  // softmax ignores (§1.5, structural zero of b_k): Σ_j dk_j = 0. With a sink the row constant no
+  // longer cancels (the sink logit does not move), so the sum must be clearly non-zero.
+  for (bool sink : {false, true}) {
+    Problem c{2, 40, 4, 2, 8, sink, false};
+    Packed<double> p(c);
+    const auto dout = random_vec<double>(p.out_size(), 21);
+    const auto r = run(Impl::Fast, p, &dout);
+    double worst = 0, scale = 0;
+    for (int b = 0; b < c.B; ++b)
+      for (int d = 0; d < c.Hkv * c.Dh; ++d) {
+        double sum = 0;
+        for (int j = 0; j < c.T; ++j) {
+          const double g = r.dqkv[(size_t(b) * c.T + j) * p.s.q_stride + c.H * c.Dh + d];
+          sum += g;
+          scale = std::max(scale, std::abs(g));
+        }
+        worst = std::max(worst, std::abs(sum));
+      }
+    if (sink)
+      EXPECT_GT(worst / scale, 1e-3);
+    else
+      EXPECT_LT(worst / scale, 1e-12);
+  }
+}
+
+TEST(Attention, RejectsBadShapes) {
+  std::vector<float> buf(4096);
+  float* x = buf.data();
+  auto s = attnlab::kernels::packed_attention_shape(1, 4, 4, 3, 8);  // 4 heads over 3 kv heads
+  EXPECT_THROW(attnlab::kernels::attention_forward(x, x, x, x, x, (const float*)nullptr, 1.f, s), attnlab::Error);
+  s = attnlab::kernels::packed_attention_shape(1, 4, 4, 2, 8);
+  s.pos_offset = 1;  // Tk = 4 < pos_offset + Tq
+  EXPECT_THROW(attnlab::kernels::attention_forward(x, x, x, x, x, (const float*)nullptr, 1.f, s), attnlab::Error);
+  s = attnlab::kernels::packed_attention_shape(1, 2, 1, 1, 512);  // head size above the maximum
+  EXPECT_THROW(attnlab::kernels::attention_forward(x, x, x, x, x, (const float*)nullptr, 1.f, s), attnlab::Error);
+  s = attnlab::kernels::packed_attention_shape(1, 4, 4, 2, 8);
+  float sink_grad = 0;
+  EXPECT_THROW(attnlab::kernels::attention_backward(x, x, x, &sink_grad, x, x, x, x, x, x, (const float*)nullptr, 1.f, s),
+               attnlab::Error);
+}
+
+}  // namespace

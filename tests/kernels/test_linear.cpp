@@ -1,0 +1,78 @@
+// Linear layer (src/kernels/linear.h; matrices stored [in, out], MECHANISMS.md §0): the GEMM-based
+// kernels against the plain-loop references in float, and every gradient against central finite
+// differences in double with the loss L = Σ w∘out.
+#include <vector>
+
+#include "check.h"
+#include "kernels/linear.h"
+
+using namespace attnlab;
+using namespace attnlab::kernels;
+
+namespace {
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+}  // namespace
+
+// Float (oneDNN) vs the double-accumulating loops. Sums of K ≈ 50–70 products of N(0,1) values in fp32:
+// rounding error ~ sqrt(K)·ε·|terms| ≈ 1e-6 of the output scale; 1e-5 leaves margin without hiding a
+// wrong index (which gives O(1) differences).
+TEST(Linear, MatchesNaiveFloat) {
+  const int N = 45, C = 52, OC = 67;
+  auto x = test::random_vec<float>((size_t)N * C, 1);
+  auto W = test::random_vec<float>((size_t)C * OC, 2);
+  auto b = test::random_vec<float>(OC, 3);
+  auto dout = test::random_vec<float>((size_t)N * OC, 4);
+  for (bool with_bias : {true, false}) {
+    const float* bias = with_bias ? b.data() : nullptr;
+    std::vector<float> out((size_t)N * OC, 7.0f), ref((size_t)N * OC);  // out starts dirty: it must be overwritten
+    linear_forward(out.data(), x.data(), W.data(), bias, N, C, OC);
+    linear_forward_naive(ref.data(), x.data(), W.data(), bias, N, C, OC);
+    EXPECT_LT(test::max_rel_diff(out, ref), 1e-5) << "bias=" << with_bias;
+
+    std::vector<float> dx((size_t)N * C, 7.0f), dx_ref((size_t)N * C);  // dinp is written, not accumulated
+    auto dW = test::random_vec<float>((size_t)C * OC, 5), dW_ref = dW;  // dweight, dbias accumulate
+    auto db = test::random_vec<float>(OC, 6), db_ref = db;
+    linear_backward(dx.data(), dW.data(), with_bias ? db.data() : nullptr, dout.data(), x.data(), W.data(), N, C, OC);
+    linear_backward_naive(dx_ref.data(), dW_ref.data(), with_bias ? db_ref.data() : nullptr, dout.data(), x.data(),
+                          W.data(), N, C, OC);
+    EXPECT_LT(test::max_rel_diff(dx, dx_ref), 1e-5);
+    EXPECT_LT(test::max_rel_diff(dW, dW_ref), 1e-5);
+    EXPECT_LT(test::max_rel_diff(db, db_ref), 1e-5);
+  }
+}
+
+// dinp == nullptr skips the input gradient but still accumulates dweight.
+TEST(Linear, BackwardWithoutInputGradient) {
+  const int N = 8, C = 5, OC = 6;
+  auto x = test::random_vec<float>((size_t)N * C, 7);
+  auto W = test::random_vec<float>((size_t)C * OC, 8);
+  auto dout = test::random_vec<float>((size_t)N * OC, 9);
+  std::vector<float> dW((size_t)C * OC, 0.0f), dW_ref = dW;
+  linear_backward((float*)nullptr, dW.data(), (float*)nullptr, dout.data(), x.data(), W.data(), N, C, OC);
+  linear_backward_naive((float*)nullptr, dW_ref.data(), (float*)nullptr, dout.data(), x.data(), W.data(), N, C, OC);
+  EXPECT_LT(test::max_rel_diff(dW, dW_ref), 1e-5);
+}
+
+// Finite differences in double. L is bilinear in (x, W) and linear in b, so the central difference is
+// exact up to rounding: tol 1e-8.
+TEST(Linear, GradientFiniteDifferences) {
+  const int N = 4, C = 5, OC = 3;
+  auto x = test::random_vec<double>((size_t)N * C, 10);
+  auto W = test::random_vec<double>((size_t)C * OC, 11);
+  auto b = test::random_vec<double>(OC, 12);
+  auto wl = test::random_vec<double>((size_t)N * OC, 13);
+  std::vector<double> out((size_t)N * OC);
+  auto loss = [&] {
+    linear_forward(out.data(), x.data(), W.data(), b.data(), N, C, OC);
+    return dot(out, wl);
+  };
+  std::vector<double> dx((size_t)N * C), dW((size_t)C * OC, 0.0), db(OC, 0.0);
+  linear_backward(dx.data(), dW.data(), db.data(), wl.data(), x.data(), W.data(), N, C, OC);
+  test::expect_grad_close(dx, test::numeric_grad(x, loss), 1e-8, "linear dinp");
+  test::expect_grad_close(dW, test::numeric_grad(W, loss), 1e-8, "linear dweight");
+  test::expect_grad_close(db, test::numeric_grad(b, loss), 1e-8, "linear dbias");
+}
