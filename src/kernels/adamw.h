@@ -30,7 +30,9 @@ void adamw_update(Real* param, const Real* grad, Real* m, Real* v, size_t n, flo
   const Real inv_bc1 = Real(1.0 / (1.0 - std::pow(double(beta1), t)));
   const Real inv_bc2 = Real(1.0 / (1.0 - std::pow(double(beta2), t)));
   const Real step = Real(lr), decay = Real(weight_decay), epsilon = Real(eps);
-#pragma omp parallel for simd schedule(static) if (n >= 16384)
+  // Always the full team, even for small n: switching libgomp between team sizes allocates a new
+  // team (tests/test_no_alloc.cpp), and the optimizer's undecayed range is small.
+#pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) {
     const Real g = grad[i];
     const Real mi = b1 * m[i] + (Real(1) - b1) * g;

@@ -9,18 +9,24 @@
 // Algorithm (fast path). Nothing of size T×T is ever stored:
 // - Forward, one task per (b, h, query tile of kTile rows): online softmax over key tiles; only the
 //   row log-sum-exp is saved. Scores are computed transposed, Sᵀ[key][query], so the running max and
-//   sum are vectors over queries (no horizontal reductions); O accumulates in the output rows.
+//   sum are vectors over queries (no horizontal reductions).
 // - Backward, one task per (b, kv head): it owns dk, dv of its keys and dq of its G query heads, so
-//   nothing is shared between threads (no atomics). Key tiles are the outer loop; probabilities are
-//   recomputed from lse; D_i = dout_i·out_i is recomputed per tile (O(Dh), negligible).
-// Every matrix product of a tile goes through one register-blocked micro-kernel (tile_product):
-// C[r][lanes] (+)= Σ_k A[r,k]·B[k][lanes], A broadcast from any strided layout, B loaded as vectors.
-// float uses AVX-512 intrinsics when compiled with -march=native on such a CPU; double (the
-// finite-difference tests) and other ISAs use the one-lane portable path of the same code.
+//   nothing is shared between threads (no atomics). Key tiles are the outer loop (dK, dV stay in
+//   local tiles); probabilities are recomputed from lse; D_i = dout_i·out_i is computed once per task.
+// - Every matrix product of a tile goes through one register-blocked micro-kernel (tile_product):
+//   C[r][lanes] (+)= Σ_k A[r,k]·B[k][lanes], A broadcast from any strided layout, B loaded as
+//   vectors from a contiguous copy. On tiles that cross the diagonal, the products skip the
+//   (query, key) blocks that are entirely masked (KBand and bands of kBand rows).
+// - float uses AVX-512 intrinsics when compiled with -march=native on such a CPU; double (the
+//   finite-difference tests) and other ISAs use the one-lane portable path of the same code.
+// - No heap allocation: tiles live on the stack, sized for Dh <= kAttentionMaxHeadDim (about
+//   210 KiB per thread in the forward and 520 KiB in the backward, in float; the default 8 MiB
+//   thread stacks hold them, OMP_STACKSIZE must not be set below 1 MiB).
 //
-// Extension points (issue 3: XSA, GOAT, ALiBi): a per-(i, j) score bias is added where ALiBi is
-// (forward: add_score_bias_transposed; backward: the element-wise loop), and a per-row output
-// epilogue belongs in the forward's finalize loop, where out_i is normalized.
+// Extension points (issue 3: XSA, GOAT): a per-(i, j) score bias is added where ALiBi is (forward:
+// after the Sᵀ product, add_alibi_transposed; backward: the element-wise loop, `bias`); its
+// gradient dℓ = dbias is scale⁻¹·dS there. A per-row output epilogue (XSA's projection) belongs in
+// the forward's final loop, where out_i is normalized.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -38,7 +44,8 @@
 
 // GCC 12 reports its own AVX-512 intrinsics (which start from _mm512_undefined_*) as "maybe
 // uninitialized" once inlined (GCC bug 105593, fixed in GCC 13); the warning is silenced for this
-// header only.
+// header only. Simd<float>, which callers may inline anywhere, uses the zero-masking forms
+// (_mm512_maskz_*) of such intrinsics instead, which start from zero.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -207,7 +214,13 @@ struct Simd {
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
   static V max(V a, V b) { return a > b ? a : b; }
-  static V exp(V x) { return std::exp(x); }  // exp(−inf) = 0 exactly: masked scores vanish
+  // exp(−inf) = 0 exactly: masked scores vanish. float results below the smallest normal are
+  // flushed to 0 as in the AVX-512 version (denormal operands are slow); double keeps them.
+  static V exp(V x) {
+    if constexpr (std::is_same_v<T, float>)
+      if (!(x >= T(-87.33))) return T(0);
+    return std::exp(x);
+  }
   static T reduce_add(V x) { return x; }
 };
 
@@ -228,7 +241,7 @@ struct Simd<float> {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V max(V a, V b) { return _mm512_maskz_max_ps(Mask(0xFFFF), a, b); }
   // exp(x) = 2^n·2^f with n = round(x·log2e), f = x·log2e − n in [−1/2, 1/2] (log2e split in two
   // floats so that f keeps full precision up to |x| = 88), 2^f by the degree-6 polynomial of Cephes
   // exp2f, and 2^n added to the exponent bits. 1.6 ulp at worst over [−87.3, 88.3]. n comes from the
@@ -237,7 +250,7 @@ struct Simd<float> {
   // nothing, and no denormal reaches the FMAs (they cost microcode assists when FTZ/DAZ are off).
   static V exp(V x) {
     const Mask live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
+    x = _mm512_maskz_min_ps(Mask(0xFFFF), x, _mm512_set1_ps(88.3f));
     const V magic = _mm512_set1_ps(12582912.0f);  // 1.5·2^23
     const V t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
     const V n = _mm512_sub_ps(t, magic);
@@ -250,7 +263,7 @@ struct Simd<float> {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    const __m512i scale = _mm512_slli_epi32(_mm512_castps_si512(t), 23);  // n·2^23: the magic's bits shift out
+    const __m512i scale = _mm512_maskz_slli_epi32(Mask(0xFFFF), _mm512_castps_si512(t), 23);  // n·2^23: the magic's bits shift out
     return _mm512_castsi512_ps(_mm512_maskz_add_epi32(live, _mm512_castps_si512(p), scale));
   }
   static float reduce_add(V x) { return _mm512_reduce_add_ps(x); }
@@ -362,9 +375,10 @@ void product_rows(T* C, long ldc, const T* row_scale, const T* A, long sr, long 
   }
 }
 
-// C[r][0..lanes) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..lanes), r < rows: one tile product.
-// A is read by broadcast, so any of its layouts (rows of q, columns of a score tile) works without
-// packing; B's rows must be contiguous over the lanes.
+// C[r][0..lanes) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..lanes), r < rows: one tile product,
+// restricted to the k of `band` on diagonal tiles. A is read by broadcast, so any of its layouts
+// (rows of q, columns of a score tile) works in place; B's rows are loaded as vectors, so callers
+// pass contiguous copies (see copy_rows). Writing C never touches lanes >= `lanes`.
 template <class T, bool Accumulate>
 void tile_product(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
                   int lanes, int K, KBand band = {}) {
@@ -731,8 +745,8 @@ inline bool worth_threads(const AttentionShape& s) {
 // q at q + b*q_batch_stride + i*q_stride + h*Dh; k/v at k + b*kv_batch_stride + j*kv_stride + kappa*Dh.
 // out (B,Tq,H*Dh) at out_stride; lse (B,H,Tq) = row log-sum-exp (including the sink term), saved
 // for the backward. sink: [H] learned sink logits or nullptr. alibi_slopes: [H] ALiBi slopes m_h
-// or nullptr. scale = 1/sqrt(Dh) normally. No heap allocation; about 81 KiB of stack per thread
-// for float (kAttentionMaxHeadDim·64 + 64² values).
+// or nullptr. scale = 1/sqrt(Dh) normally. No heap allocation (about 210 KiB of stack per thread,
+// in float; see the top of this file).
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
                        const AttentionShape& s, const T* alibi_slopes = nullptr) {
@@ -754,7 +768,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
 // of q, k, v (in the packed dqkv buffer only the q/k/v parts are written). dsink [H] += (if
 // non-null; needs sink). dout, out (B,Tq,H*Dh) at out_stride; lse from attention_forward.
 // D_i = dout_i·out_i is computed inside and probabilities are recomputed from lse: no B×H×T×T
-// buffer anywhere. No heap allocation; about 160 KiB of stack per thread for float.
+// buffer anywhere. No heap allocation (about 520 KiB of stack per thread in float).
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,

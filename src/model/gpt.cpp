@@ -53,6 +53,7 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
     add_linear(b + "mlp.proj", m.mlp_hidden, C, std_out);
   }
   add_norm("ln_f");
+  reg_.finalize();
   params_ = Buffer(reg_.total() * sizeof(T));
   grads_ = Buffer(reg_.total() * sizeof(T));
   layer_params_.resize(L);

@@ -24,16 +24,22 @@ struct ParamSpec {
 
 class ParamRegistry {
  public:
-  // Adds a tensor; returns its index. Offsets are 16-element aligned (64 bytes for float).
+  // Adds a tensor; returns its index. Offsets are assigned by finalize().
   size_t add(std::string name, std::vector<int64_t> shape, Init init, double init_value, bool decay);
+  // Lays the tensors out: every decayed tensor first, then the rest, each 16-element (64-byte)
+  // aligned. The optimizer is then two contiguous calls (decayed range, undecayed range) instead
+  // of one small call per tensor; padding stays zero in every buffer and is left zero by AdamW.
+  void finalize();
   size_t total() const { return total_; }
+  size_t decayed_total() const { return decayed_total_; }  // [0, decayed_total) decays; [decayed_total, total) does not
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const ParamSpec& spec(size_t i) const { return specs_[i]; }
   const ParamSpec* find(const std::string& name) const;
 
  private:
   std::vector<ParamSpec> specs_;
-  size_t total_ = 0;
+  size_t total_ = 0, decayed_total_ = 0;
+  bool finalized_ = false;
 };
 
 }  // namespace attnlab

@@ -77,9 +77,12 @@ double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const Tra
   const size_t total = model.registry().total();
   const double norm = std::sqrt(kernels::l2_norm_squared(grads, total));
   if (tc.grad_clip > 0 && norm > tc.grad_clip) kernels::scale_inplace(grads, total, float(tc.grad_clip / norm));
-  for (const auto& s : model.registry().specs())
-    kernels::adamw_update(params + s.offset, grads + s.offset, adam_m + s.offset, adam_v + s.offset, s.numel, (float)lr,
-                          (float)tc.beta1, (float)tc.beta2, (float)tc.eps, s.decay ? (float)tc.weight_decay : 0.0f, t);
+  // The registry lays decayed tensors out first (§0 policy), so AdamW is two contiguous calls.
+  const size_t nd = model.registry().decayed_total();
+  kernels::adamw_update(params, grads, adam_m, adam_v, nd, (float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps,
+                        (float)tc.weight_decay, t);
+  kernels::adamw_update(params + nd, grads + nd, adam_m + nd, adam_v + nd, total - nd, (float)lr, (float)tc.beta1,
+                        (float)tc.beta2, (float)tc.eps, 0.0f, t);
   return norm;
 }
 
@@ -127,6 +130,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
   std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
   const float grad_scale = 1.0f / float((size_t)B * T * tc.grad_accum);
   TrainSummary sum;
+  sum.losses.reserve(std::max<int64_t>(tc.steps - state.step, 0));
   Timer run_timer;
   double window_time = 0;
   int window_steps = 0;
@@ -174,9 +178,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     ++window_steps;
     sum.losses.push_back(loss);
     sum.last_train_loss = loss;
-    metrics << nlohmann::json{{"step", state.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", dt * 1e3},
-                              {"tokens_per_s", tokens_per_step / dt}}.dump()
-            << "\n";
+    // Formatted into a fixed buffer: the step loop allocates nothing (tests/test_no_alloc.cpp).
+    char line[256];
+    std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                  (long long)state.step, loss, lr, norm, dt * 1e3, tokens_per_step / dt);
+    metrics << line;
     if (!opts.quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
       const double ms = window_time / window_steps * 1e3;
       const double tps = tokens_per_step / (window_time / window_steps);

@@ -1,12 +1,18 @@
 // Tests of the fused causal attention kernel (src/kernels/attention.h) against MECHANISMS.md §1.1
 // (forward and Backward), §1.2 (ALiBi), §1.3 (learned sink) and the invariants of §1.5:
 // - the fast kernel equals the naive reference (float: the AVX-512 path; double: the one-lane path
-//   with 8-wide tiles), over head sizes, GQA groupings, lengths that are not tile multiples;
-// - finite-difference gradients in double for q, k, v and the sink;
-// - KV cache: chunks with pos_offset equal one shot; causality; sink −1e4 = no sink; ALiBi with
-//   zero slopes = no ALiBi; the structural zero of a common key shift without a sink.
+//   with 8-wide tiles), over head sizes 16..128 and odd ones, GQA groupings (G = 1, 2, 4, 8),
+//   lengths that are not tile multiples, peaked softmax rows; the backward writes only q/k/v;
+// - finite-difference gradients in double for q, k, v and the sink (also with ALiBi, and for a
+//   KV-cache chunk with pos_offset);
+// - KV cache: chunks with pos_offset equal one shot; causality (forward and backward); sink −1e4
+//   = no sink; ALiBi with zero slopes = no ALiBi; the structural zero of a common key shift
+//   without a sink; results independent of the thread count; the vector exp's accuracy.
 #include "kernels/attention.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -110,6 +116,29 @@ std::vector<T> without_padding(std::vector<T> dqkv, const Packed<T>& p) {
       dqkv[t * p.s.q_stride + d] = T(0);
     }
   return dqkv;
+}
+
+// ----- the vector exp ---------------------------------------------------------------------------
+
+TEST(Attention, VectorExpIsAccurateAndFlushesTinyResultsToZero) {
+  // The softmax's exp (AVX-512 polynomial in float; std::exp on the one-lane path): within 3 ulp
+  // of exp over the range scores take, exactly 1 at 0, and exactly 0 (never a denormal) below
+  // e^−87.33, so masked (−inf) scores contribute nothing.
+  using S = attnlab::kernels::detail::Simd<float>;
+  constexpr int W = S::W;
+  float in[W], out[W];
+  double worst = 0;
+  for (int step = 0; step <= 200000; step += W) {
+    for (int l = 0; l < W; ++l) in[l] = float(-87.3 + 96.0 * (step + l) / 200000.0);
+    S::store(out, S::exp(S::load(in)));
+    for (int l = 0; l < W; ++l) worst = std::max(worst, std::abs(out[l] / std::exp(double(in[l])) - 1));
+  }
+  EXPECT_LT(worst, 3 * 5.97e-8);
+  for (float x : {0.f, -INFINITY, -87.4f, -100.f, -1e30f}) {
+    for (int l = 0; l < W; ++l) in[l] = x;
+    S::store(out, S::exp(S::load(in)));
+    EXPECT_EQ(out[0], x == 0.f ? 1.f : 0.f) << "exp(" << x << ")";
+  }
 }
 
 // ----- fast vs naive --------------------------------------------------------------------------
@@ -404,6 +433,24 @@ TEST(Attention, CommonKeyShiftHasZeroGradientWithoutSink) {
     else
       EXPECT_LT(worst / scale, 1e-12);
   }
+}
+
+TEST(Attention, ResultsDoNotDependOnThreadCount) {
+  // Every output element is computed by one task in a fixed order (no shared accumulators), so
+  // one thread and two give the same bits: training runs are reproducible.
+  Problem c{2, 200, 4, 2, 64, true, false};
+  Packed<float> p(c);
+  const auto dout = random_vec<float>(p.out_size(), 5);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = run(Impl::Fast, p, &dout);
+  omp_set_num_threads(std::max(2, threads));
+  const auto two = run(Impl::Fast, p, &dout);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(max_abs_diff(one.out, two.out), 0.0);
+  EXPECT_EQ(max_abs_diff(one.lse, two.lse), 0.0);
+  EXPECT_EQ(max_abs_diff(one.dqkv, two.dqkv), 0.0);
+  EXPECT_EQ(max_abs_diff(one.dsink, two.dsink), 0.0);
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -3,6 +3,7 @@
 // closed-form cases (uniform logits give log V).
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "check.h"
@@ -235,6 +236,8 @@ TEST(CrossEntropy, ExpNonPositive) {
   }
   EXPECT_LT(worst, 1.2e-7);  // measured 7.9e-8: within one float ulp (2^-23 = 1.19e-7 relative)
   EXPECT_EQ(ce_detail::exp_nonpositive(0.0f), 1.0f);
-  EXPECT_LT(ce_detail::exp_nonpositive(-1000.0f), 1e-37f);
+  EXPECT_EQ(ce_detail::exp_nonpositive(-1000.0f), 0.0f);
+  EXPECT_EQ(ce_detail::exp_nonpositive(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_GT(ce_detail::exp_nonpositive(-87.0f), 0.0f);
   EXPECT_TRUE(std::isnan(ce_detail::exp_nonpositive(std::nanf(""))));
 }
