@@ -1,13 +1,14 @@
 // Timing of the fused causal attention kernel (src/kernels/attention.h), MECHANISMS.md §1.1.
-// For each shape: forward, backward and the naive-free unfused baseline (scores materialized per
-// head with the project's oneDNN GEMM, the way a plain implementation would do it), median and best
-// of `reps` runs after warm-up, with 2 OpenMP threads unless OMP_NUM_THREADS says otherwise.
+// For each shape: forward and backward (with and without the learned sink) and an unfused baseline
+// (scores materialized per head with the project's oneDNN GEMM, the way a plain implementation
+// would do it): median and best wall time of `reps` runs after warm-up, with 2 OpenMP threads
+// unless OMP_NUM_THREADS says otherwise, and GFLOP/s per busy core from the CPU time.
 //
 // FLOP counts (causal, matching PyTorch's accounting of SDPA): forward 4·B·H·Dh·T²/2 (QKᵀ and PV);
 // backward 2.5× the forward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ). The fp32 FMA peak of this
 // 2-core machine is ≈ 400 GFLOP/s (MACHINE.md).
 //
-//   build/<dir>/attention_bench [--reps N] [--shape B,T,H,Hkv,Dh]... [--no-baseline]
+//   OMP_WAIT_POLICY=passive build/<dir>/attention_bench [--reps N] [--shape B,T,H,Hkv,Dh]... [--no-baseline]
 // Default shapes: the model's typical B=16 T=256 H=4 Dh=64, GQA, and T=1024 at Dh = 32, 64, 128.
 #include <omp.h>
 
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -41,23 +43,34 @@ std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
   return v;
 }
 
-// Median and best seconds of `reps` runs after two warm-up runs. The machine is shared (MACHINE.md
-// pitfall 4), so the best run is the better estimate of the kernel's own speed.
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Median and best wall seconds of `reps` runs after two warm-up runs, and the least CPU time (all
+// threads) of a run. The machine is shared (MACHINE.md pitfall 4): the best run estimates the
+// kernel's own speed, and FLOPs per CPU-second (per busy core) stay meaningful even when other
+// processes hold the cores, as long as OMP_WAIT_POLICY=passive keeps idle threads from spinning.
 struct Timing {
-  double median, best;
+  double median, best, cpu;
 };
 
 Timing time_runs(const std::function<void()>& f, int reps) {
   f();
   f();
   std::vector<double> t(reps);
+  double cpu = 1e30;
   for (auto& s : t) {
+    const double c0 = cpu_seconds();
     Timer timer;
     f();
     s = timer.seconds();
+    cpu = std::min(cpu, cpu_seconds() - c0);
   }
   std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t[0]};
+  return {t[t.size() / 2], t[0], cpu};
 }
 
 // The unfused forward: per (b, h), S = scale·Q·Kᵀ (full T×T through gemm), causal softmax, O = P·V.
@@ -110,8 +123,8 @@ void bench_shape(const Shape& sh, int reps, bool baseline) {
   char name[96];
   std::snprintf(name, sizeof name, "B=%d T=%d H=%d Hkv=%d Dh=%d", sh.B, sh.T, sh.H, sh.Hkv, sh.Dh);
   auto row = [&](const char* what, const Timing& t, double flops) {
-    std::printf("| %-32s | %-16s | %9.3f | %9.3f | %7.1f | %7.1f |\n", name, what, t.median * 1e3, t.best * 1e3,
-                flops / t.median * 1e-9, flops / t.best * 1e-9);
+    std::printf("| %-32s | %-16s | %9.3f | %9.3f | %8.1f | %9.1f | %9.1f |\n", name, what, t.median * 1e3,
+                t.best * 1e3, flops / t.median * 1e-9, flops / t.best * 1e-9, flops / t.cpu * 1e-9);
     std::fflush(stdout);
   };
   row("forward", time_runs(fwd, reps), flops_fwd);
@@ -157,11 +170,11 @@ int main(int argc, char** argv) {
               {4, 1024, 8, 8, 32}, {4, 1024, 4, 4, 64}, {4, 1024, 2, 2, 128}};
   std::printf("attention_bench: %d threads, %d reps (median and best ms; GFLOP/s of the causal FLOPs)\n\n",
               omp_get_max_threads(), reps);
-  std::printf("| %-32s | %-16s | %9s | %9s | %7s | %7s |\n", "shape", "kernel", "median ms", "best ms", "GF/s med",
-              "GF/s best");
-  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(34, '-').c_str(), std::string(18, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(9, '-').c_str());
+  std::printf("| %-32s | %-16s | %9s | %9s | %8s | %9s | %9s |\n", "shape", "kernel", "median ms", "best ms",
+              "GF/s med", "GF/s best", "GF/s/core");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(34, '-').c_str(), std::string(18, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(10, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(11, '-').c_str());
   try {
     for (const Shape& sh : shapes) bench_shape(sh, reps, baseline);
   } catch (const Error& e) {

@@ -12,6 +12,19 @@
 // --clock cpu times with the process CPU clock instead of wall time: on a machine shared with other
 // jobs, run it with OMP_NUM_THREADS=1 to compare chunk sizes by the work they cost, free of
 // time-slicing (with 2 threads it would also count OpenMP's spin-waiting).
+//
+// Measured while choosing lm_head_default_chunk_rows (the 2-core machine was shared with other builds
+// at load 5–10 throughout, so absolute 2-thread numbers were 5x below MACHINE.md; ratios to the
+// unchunked GEMM measured in the same run are what carry over):
+//   OMP_NUM_THREADS=1 --clock cpu, best of 5, GFLOP/s of the fused op (6·N·C·V) for chunk 128/256/512/1024/2048,
+//   against one unchunked (N,V,C) logits GEMM in the same run:
+//     C=256: 99 / 114 / 118 / 115 / 100   vs GEMM  98  (run 2: 119 / 117 / 121 / 121 / 126 vs 128)
+//     C=768: 105 / 118 / 120 / 123 / 114  vs GEMM 124  (run 2: 117 / 133 / 131 / 139 / 141 vs 144)
+//   softmax+CE phase: 21–29 ms of CPU per call for N·V = 33.5M logits (~0.65 ns/logit), 5% of the
+//   C=256 op and 2% of the C=768 op.
+//   2 threads, wall, best of 7, chunk 512/1024/2048: C=256: 44 / 53 / 65 vs GEMM 64;
+//     C=768: 60 / 67 / 81 vs GEMM 68 GFLOP/s (contended; the fused op tracks the GEMM).
+//   One earlier 2-thread run at load ~2: chunk 512 → 203, 1024 → 263 GFLOP/s at C=256.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

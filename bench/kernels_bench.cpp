@@ -5,10 +5,14 @@
 // GFLOP/s for the GEMM-based linear layer (compare with MACHINE.md's ≈ 360–385 GFLOP/s best fp32 GEMM).
 // A few naive references are timed too, so the speed-up of the fast kernels is visible.
 //
-//   build/<dir>/kernels_bench [reps=15] [C list=256,512,768,1024]
+//   build/<dir>/kernels_bench [reps=15] [C list=256,512,768,1024] [cpu]
+// With `cpu`, times are process CPU seconds instead of wall seconds: run it so with OMP_NUM_THREADS=1
+// on a busy machine, where wall times measure the other processes more than the kernel.
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -17,7 +21,6 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "core/timer.h"
 #include "kernels/adamw.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -31,6 +34,12 @@ using namespace attnlab::kernels;
 namespace {
 
 int g_reps = 15;
+bool g_cpu_time = false;
+
+double now_seconds() {
+  if (g_cpu_time) return double(std::clock()) / CLOCKS_PER_SEC;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
   Rng rng(seed);
@@ -52,9 +61,9 @@ Timing time_runs(const std::function<void()>& f, int reps = -1) {
   f();
   std::vector<double> t(reps);
   for (auto& s : t) {
-    Timer timer;
+    const double t0 = now_seconds();
     f();
-    s = timer.seconds();
+    s = now_seconds() - t0;
   }
   std::sort(t.begin(), t.end());
   return {t[t.size() / 2], t[0]};
@@ -210,13 +219,14 @@ void bench_optimizer() {
 int main(int argc, char** argv) {
   if (argc > 1) g_reps = std::max(1, std::atoi(argv[1]));
   std::vector<int> widths = {256, 512, 768, 1024};
+  if (argc > 3) g_cpu_time = std::string(argv[3]) == "cpu";
   if (argc > 2) {
     widths.clear();
     std::stringstream ss(argv[2]);
     for (std::string item; std::getline(ss, item, ',');) widths.push_back(std::atoi(item.c_str()));
   }
-  std::printf("kernels_bench: B*T = 4096 rows, %d threads, %d runs (gemm: %s)\n\n", omp_get_max_threads(),
-              g_reps, gemm_backend_name());
+  std::printf("kernels_bench: B*T = 4096 rows, %d threads, %d runs, %s time (gemm: %s)\n\n", omp_get_max_threads(),
+              g_reps, g_cpu_time ? "process CPU" : "wall", gemm_backend_name());
   std::printf("| %-28s | %-10s | %9s | %9s | %-15s | %-15s |\n|---|---|---|---|---|---|\n", "kernel", "shape",
               "median ms", "best ms", "median", "best");
   for (int C : widths) bench_width(C);

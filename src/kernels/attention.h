@@ -476,17 +476,18 @@ struct LaneIndex {
   LaneIndex() { for (int r = 0; r < kTile<T>; ++r) at[r] = T(r); }
 };
 
-// ALiBi on a transposed score tile (§1.2): scores[c][r] += −m_h·(t_r − t_c) for key c and query r,
-// where t_c − t_r = key_minus_query + c − r. The distance is formed in integers first, so it is
-// exact in float at any length.
+// ALiBi on a transposed score tile (§1.2): scores[c][r] += −m_h·(t_r − t_c) for key c and the
+// queries r of the first n_vectors vectors, where t_c − t_r = key_minus_query + c − r. The
+// distance is formed in integers first, so it is exact in float at any length.
 template <class T>
-inline void add_alibi_transposed(T* scores, T slope, int key_minus_query, int n_keys, const LaneIndex<T>& lane) {
+inline void add_alibi_transposed(T* scores, T slope, int key_minus_query, int n_keys, int n_vectors,
+                                 const LaneIndex<T>& lane) {
   using S = Simd<T>;
   constexpr int W = S::W, TILE = kTile<T>;
   const auto m = S::set1(slope);
   for (int c = 0; c < n_keys; ++c) {
     const auto base = S::set1(T(key_minus_query + c));
-    for (int vv = 0; vv < TILE / W; ++vv) {
+    for (int vv = 0; vv < n_vectors; ++vv) {
       T* x = scores + c * TILE + vv * W;
       S::store(x, S::fmadd(m, S::sub(base, S::load(lane.at + vv * W)), S::load(x)));
     }
@@ -531,15 +532,55 @@ inline int padded_head_dim(int Dh) {
   return (Dh + W - 1) / W * W;
 }
 
+// One key tile of the forward's online softmax, on the transposed scores of NVQ query vectors:
+// new running max, rescale factor alpha = exp(m_old − m_new) of the old sum and output, P in
+// place of S, and the running sum. The NVQ vectors are independent chains (a single chain would
+// wait on the max/add latency at every key).
+template <class T, int NVQ>
+void online_softmax(T* scores, int bc, T* m, T* l, T* alpha) {
+  using S = Simd<T>;
+  using V = typename S::V;
+  constexpr int W = S::W, TILE = kTile<T>;
+  V tile_max[NVQ], m_new[NVQ], sum[NVQ];
+  for (int vv = 0; vv < NVQ; ++vv) tile_max[vv] = S::set1(-std::numeric_limits<T>::infinity()), sum[vv] = S::zero();
+  for (int c = 0; c < bc; ++c)
+    for (int vv = 0; vv < NVQ; ++vv) tile_max[vv] = S::max(tile_max[vv], S::load(scores + c * TILE + vv * W));
+  for (int vv = 0; vv < NVQ; ++vv) {
+    const V m_old = S::load(m + vv * W);
+    m_new[vv] = S::max(m_old, tile_max[vv]);
+    S::store(alpha + vv * W, S::exp(S::sub(m_old, m_new[vv])));  // 0 on the first tile without a sink
+    S::store(m + vv * W, m_new[vv]);
+  }
+  for (int c = 0; c < bc; ++c)
+    for (int vv = 0; vv < NVQ; ++vv) {
+      const V p = S::exp(S::sub(S::load(scores + c * TILE + vv * W), m_new[vv]));
+      S::store(scores + c * TILE + vv * W, p);
+      sum[vv] = S::add(sum[vv], p);
+    }
+  for (int vv = 0; vv < NVQ; ++vv) S::store(l + vv * W, S::fmadd(S::load(l + vv * W), S::load(alpha + vv * W), sum[vv]));
+}
+
+template <class T, int N = kTile<T> / Simd<T>::W>
+void online_softmax_dispatch(int n_vectors, T* scores, int bc, T* m, T* l, T* alpha) {
+  if constexpr (N >= 1) {
+    if (n_vectors == N)
+      online_softmax<T, N>(scores, bc, m, l, alpha);
+    else
+      online_softmax_dispatch<T, N - 1>(n_vectors, scores, bc, m, l, alpha);
+  }
+}
+
 // One forward task: the queries i0 .. i0+kTile−1 of head h in batch b.
 template <class T>
 void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
                             const AttentionShape& s, const T* alibi_slopes, int b, int h, int i0) {
   using S = Simd<T>;
-  using V = typename S::V;
-  constexpr int W = S::W, TILE = kTile<T>, NV = TILE / W;
+  constexpr int W = S::W, TILE = kTile<T>;
   constexpr T kInf = std::numeric_limits<T>::infinity();
   const int Dh = s.Dh, ld = padded_head_dim<T>(Dh), kappa = h / (s.H / s.Hkv), br = std::min(TILE, s.Tq - i0);
+  // Query lanes in use: a short tile (a decoding step has one query) computes only the vectors it
+  // needs, not 64 lanes of padding.
+  const int n_vectors = (br + W - 1) / W, lanes = n_vectors * W;
   alignas(64) T q_packed[kAttentionMaxHeadDim * TILE];  // scale·Qᵀ, [Dh][TILE]
   alignas(64) T v_rows[TILE * kAttentionMaxHeadDim];    // the key tile's values, [TILE][ld]
   alignas(64) T o_acc[TILE * kAttentionMaxHeadDim];     // unnormalized output, [TILE][ld]
@@ -562,18 +603,18 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
     const T* kj = kb + long(j0) * s.kv_stride;
     const bool diagonal = j0 + bc - 1 > pos_first;  // some (key, query) pairs of the tile are masked
     if (!diagonal) {
-      tile_product<T, false>(scores, TILE, nullptr, kj, s.kv_stride, 1, q_packed, TILE, bc, TILE, Dh);
+      tile_product<T, false>(scores, TILE, nullptr, kj, s.kv_stride, 1, q_packed, TILE, bc, lanes, Dh);
     } else {
       // Bands of kBand keys skip the query vectors none of their keys is visible to (the mask
       // below fills those lanes with −inf).
       for (int c0 = 0; c0 < bc; c0 += kBand<T>) {
-        const int first = std::clamp(j0 + c0 - pos_first, 0, TILE) / W * W;
+        const int first = std::clamp(j0 + c0 - pos_first, 0, lanes) / W * W;
         tile_product<T, false>(scores + c0 * TILE + first, TILE, nullptr, kj + long(c0) * s.kv_stride, s.kv_stride,
-                               1, q_packed + first, TILE, std::min(kBand<T>, bc - c0), TILE - first, Dh);
+                               1, q_packed + first, TILE, std::min(kBand<T>, bc - c0), lanes - first, Dh);
       }
     }
     // Per-(i, j) score biases go here (§1.1: ALiBi now; GOAT's explicit prior in issue 3).
-    if (alibi_slopes) add_alibi_transposed(scores, alibi_slopes[h], j0 - pos_first, bc, lane);
+    if (alibi_slopes) add_alibi_transposed(scores, alibi_slopes[h], j0 - pos_first, bc, n_vectors, lane);
     // Causal mask: key j0+c is visible to query r iff j0+c <= pos_first+r. Padding lanes (r >= br)
     // see every key of the loop, so they stay finite.
     if (diagonal)
@@ -581,25 +622,7 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
         const int hidden = std::min(TILE, j0 + c - pos_first);
         if (hidden > 0) std::fill(scores + c * TILE, scores + c * TILE + hidden, -kInf);
       }
-    // Online softmax, vectorized over queries: new max, rescale factor of the old sum and O. The
-    // NV query vectors are independent chains (one chain per loop would wait on max/add latency).
-    V tile_max[NV], m_new[NV], sum[NV];
-    for (int vv = 0; vv < NV; ++vv) tile_max[vv] = S::set1(-kInf), sum[vv] = S::zero();
-    for (int c = 0; c < bc; ++c)
-      for (int vv = 0; vv < NV; ++vv) tile_max[vv] = S::max(tile_max[vv], S::load(scores + c * TILE + vv * W));
-    for (int vv = 0; vv < NV; ++vv) {
-      const V m_old = S::load(m + vv * W);
-      m_new[vv] = S::max(m_old, tile_max[vv]);
-      S::store(alpha + vv * W, S::exp(S::sub(m_old, m_new[vv])));  // 0 on the first tile without a sink
-      S::store(m + vv * W, m_new[vv]);
-    }
-    for (int c = 0; c < bc; ++c)
-      for (int vv = 0; vv < NV; ++vv) {
-        const V p = S::exp(S::sub(S::load(scores + c * TILE + vv * W), m_new[vv]));
-        S::store(scores + c * TILE + vv * W, p);
-        sum[vv] = S::add(sum[vv], p);
-      }
-    for (int vv = 0; vv < NV; ++vv) S::store(l + vv * W, S::fmadd(S::load(l + vv * W), S::load(alpha + vv * W), sum[vv]));
+    online_softmax_dispatch<T>(n_vectors, scores, bc, m, l, alpha);
     // O[r] = alpha[r]·O[r] + Σ_c Pᵀ[c][r]·V[c]
     copy_rows(v_rows, ld, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh);
     const KBand visible{.end = pos_first - j0};  // query r sees keys c <= r + pos_first − j0

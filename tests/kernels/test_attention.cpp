@@ -302,9 +302,10 @@ TEST(Attention, KvCacheChunksEqualOneShot) {
   EXPECT_LT(max_abs_diff(lse, one_shot.lse), 1e-5);
 }
 
-TEST(Attention, KvCacheChunkBackwardMatchesNaive) {
-  // The backward of a chunk (Tq < Tk, pos_offset > 0, batch stride = cache capacity) in float.
-  const int B = 2, Tq = 70, Tk = 150, H = 4, Hkv = 1, Dh = 64, off = 75, capacity = 200;
+void expect_kv_chunk_matches_naive(int Tq, int Tk, int off) {
+  // Forward and backward of a chunk (Tq < Tk, pos_offset > 0, batch stride = cache capacity) in float.
+  SCOPED_TRACE(testing::Message() << "Tq=" << Tq << " Tk=" << Tk << " pos_offset=" << off);
+  const int B = 2, H = 4, Hkv = 1, Dh = 64, capacity = 200;
   const int kv_stride = 2 * Hkv * Dh;
   AttentionShape s{B, Tq, Tk, H, Hkv, Dh, H * Dh, long(Tq) * H * Dh, kv_stride, long(capacity) * kv_stride, H * Dh, off};
   const auto q = random_vec<float>(size_t(B) * Tq * H * Dh, 11);
@@ -327,8 +328,28 @@ TEST(Attention, KvCacheChunkBackwardMatchesNaive) {
              (const float*)nullptr);
   }
   EXPECT_LT(max_rel_diff(r[0].out, r[1].out), 5e-6);
-  EXPECT_LT(max_rel_diff(r[0].dqkv, r[1].dqkv), 5e-6);  // includes cache slots >= Tk left at the sentinel
   EXPECT_LT(max_rel_diff(r[0].dsink, r[1].dsink), 5e-6);
+  // dq, then dk/dv of the cache slots < Tk; the slots >= Tk must keep the sentinel.
+  std::vector<float> grads[2];
+  for (int i = 0; i < 2; ++i) {
+    grads[i].assign(r[i].dqkv.begin(), r[i].dqkv.begin() + q.size());
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < capacity; ++j)
+        for (int d = 0; d < kv_stride; ++d) {
+          const float g = r[i].dqkv[q.size() + (size_t(b) * capacity + j) * kv_stride + d];
+          if (j < Tk)
+            grads[i].push_back(g);
+          else
+            ASSERT_EQ(g, float(kSentinel)) << "backward wrote cache slot " << j << " >= Tk";
+        }
+  }
+  EXPECT_LT(max_rel_diff(grads[0], grads[1]), 5e-6);
+}
+
+TEST(Attention, KvCacheChunkMatchesNaive) {
+  expect_kv_chunk_matches_naive(70, 150, 75);  // keys 145..149 are seen by no query: zero dk, dv
+  expect_kv_chunk_matches_naive(1, 130, 129);  // one decoding step
+  expect_kv_chunk_matches_naive(17, 100, 83);
 }
 
 // ----- invariants (§1.5) ----------------------------------------------------------------------

@@ -106,6 +106,12 @@ TEST(CrossEntropy, LargeLogitsAreStable) {
   EXPECT_LT(test::max_rel_diff(losses, losses_ref), 5e-6);
   EXPECT_LT(test::max_rel_diff(dx, dx_ref), 5e-6);
   EXPECT_LT(test::max_rel_diff(dwte, dwte_ref), 5e-6);
+  // the evaluation path subtracts the max too
+  std::vector<float> losses_fwd(N);
+  const double sum_fwd =
+      lm_head_ce_forward(losses_fwd.data(), x.data(), wte.data(), pb.targets.data(), N, C, V, scratch.data(), 4);
+  EXPECT_NEAR(sum_fwd, sum_ref, 5e-6 * sum_ref);
+  EXPECT_LT(test::max_rel_diff(losses_fwd, losses_ref), 5e-6);
 }
 
 // Double: the fused kernel equals the naive reference to rounding, and both equal central finite
@@ -129,8 +135,11 @@ TEST(CrossEntropy, FiniteDifferencesDouble) {
   EXPECT_LT(test::max_rel_diff(dx, dx_ref), 1e-12);
   EXPECT_LT(test::max_rel_diff(dwte, dwte_ref), 1e-12);
 
+  // The FD loss is the naive one (equal to the fused loss to 1e-12, checked above): it has no OpenMP
+  // regions, so the 180 evaluations stay fast when the 2 cores are busy with other work.
   auto mean_loss = [&] {
-    return scale * lm_head_ce_forward((double*)nullptr, x.data(), wte.data(), pb.targets.data(), N, C, V, scratch.data(), chunk);
+    return scale * lm_head_ce_naive((double*)nullptr, (double*)nullptr, (double*)nullptr, x.data(), wte.data(),
+                                    pb.targets.data(), N, C, V, 1.0);
   };
   test::expect_grad_close(dx, test::numeric_grad(x, mean_loss), 1e-7, "dx");
   test::expect_grad_close(dwte, test::numeric_grad(wte, mean_loss), 1e-7, "dwte");
@@ -240,4 +249,20 @@ TEST(CrossEntropy, ExpNonPositive) {
   EXPECT_EQ(ce_detail::exp_nonpositive(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_GT(ce_detail::exp_nonpositive(-87.0f), 0.0f);
   EXPECT_TRUE(std::isnan(ce_detail::exp_nonpositive(std::nanf(""))));
+}
+
+// A diverged run (NaN in the hidden state) must show up as a NaN loss, not be masked by the max
+// subtraction or the underflow mask of the float exp.
+TEST(CrossEntropy, NanPropagatesToLoss) {
+  const int N = 3, C = 8, V = 50;
+  std::vector<int32_t> targets = {4, 7, 9};
+  auto x = test::random_vec<float>((size_t)N * C, 19);
+  auto wte = test::random_vec<float>((size_t)V * C, 20);
+  x[C + 3] = std::numeric_limits<float>::quiet_NaN();  // row 1
+  std::vector<float> dx((size_t)N * C), dwte((size_t)V * C), losses(N), scratch(lm_head_scratch_size(2, V));
+  EXPECT_TRUE(std::isnan(lm_head_ce_forward_backward(dx.data(), dwte.data(), losses.data(), x.data(), wte.data(),
+                                                     targets.data(), N, C, V, 1.0f, scratch.data(), 2)));
+  EXPECT_TRUE(std::isfinite(losses[0]) && std::isnan(losses[1]) && std::isfinite(losses[2]));
+  EXPECT_TRUE(std::isnan(lm_head_ce_forward((float*)nullptr, x.data(), wte.data(), targets.data(), N, C, V,
+                                            scratch.data(), 2)));
 }

@@ -5,9 +5,10 @@
 
 For each tiny config: write a config file, `attnlab init` a checkpoint, check the init against
 MECHANISMS.md §1.4, perturb every parameter (so biases, gains and sinks are non-trivial), run
-`attnlab grads` on random tokens, and compare loss, logits and every parameter gradient with the
-reference run in float64. Prints max differences per tensor (like llm.c's test_gpt2) and ends with
-`reference: N passed, M failed`. Exit status 0 iff everything passed.
+`attnlab grads` on random tokens (and `attnlab forward` on their inputs), and compare loss,
+logits and every parameter gradient with the reference run in float64. Prints max differences per
+tensor (like llm.c's test_gpt2) and ends with `reference: N passed, M failed`. Exit status 0 iff
+everything passed.
 
 Tolerances (the engine is fp32, the reference float64, so the difference is the engine's rounding):
 every tensor is compared as max|engine − ref| / max|ref| (normalising by the tensor's largest
@@ -331,6 +332,8 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
     ckpt_path = os.path.join(workdir, "perturbed.safetensors")
     tokens_path = os.path.join(workdir, "tokens.txt")
     grads_path = os.path.join(workdir, "grads.safetensors")
+    inputs_path = os.path.join(workdir, "inputs.txt")
+    npy_path = os.path.join(workdir, "logits.npy")
     write_config(config_path, cfg)
     run([binary, "init", "--config", config_path, "--out", init_path])
 
@@ -358,6 +361,11 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
         for row in ids:
             f.write(" ".join(str(int(x)) for x in row) + "\n")
     run([binary, "grads", "--checkpoint", ckpt_path, "--tokens", tokens_path, "--out", grads_path])
+    # `attnlab forward` reads every id of a line as input: give it ids[:, :-1]
+    with open(inputs_path, "w") as f:
+        for row in ids[:, :-1]:
+            f.write(" ".join(str(int(x)) for x in row) + "\n")
+    run([binary, "forward", "--checkpoint", ckpt_path, "--tokens", inputs_path, "--out", npy_path])
 
     with safe_open(grads_path, framework="numpy") as f:
         got = {k: f.get_tensor(k) for k in f.keys()}
@@ -379,6 +387,7 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
         rep.compare("loss", got["loss"].reshape(-1)[:1], loss.detach().reshape(1).numpy(), LOSS_TOL)
     if "logits" in got:
         rep.compare("logits", got["logits"], logits.detach().numpy(), LOGITS_TOL)
+    rep.compare("forward logits.npy", np.load(npy_path), logits.detach().numpy(), LOGITS_TOL)
     for pname, p in model.named_parameters():
         key = "grad." + pname
         if key in got:
