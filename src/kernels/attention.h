@@ -25,8 +25,8 @@
 //
 // Extension points (issue 3: XSA, GOAT): a per-(i, j) score bias is added where ALiBi is (forward:
 // after the Sᵀ product, add_alibi_transposed; backward: the element-wise loop, `bias`); its
-// gradient dℓ = dbias is scale⁻¹·dS there. A per-row output epilogue (XSA's projection) belongs in
-// the forward's final loop, where out_i is normalized.
+// gradient is dℓ = ds_tile/scale there (ds_tile holds scale·dℓ). A per-row output epilogue (XSA's
+// projection) belongs in the forward's final loop, where out_i is normalized.
 #pragma once
 #include <algorithm>
 #include <cmath>
