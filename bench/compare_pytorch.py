@@ -12,7 +12,10 @@ The ratio of a setting is the median over rounds of attnlab/torch measured back 
 
 Peer settings (bench/pytorch_peer.py does the timing: median of --steps after --warmup):
   torch2:*    PyPI torch 2.x from `--python2` (default: the `python3` on PATH); installed with pip
-              there if missing (`--no-install` to only report it). Runs with the environment as is.
+              there if missing (`--no-install` to only report it). LD_PRELOAD of tcmalloc when
+              installed (+20-40% tokens/s for the SDPA step here: glibc returns freed activations
+              to the OS and re-faults them every step, MACHINE.md pitfall 2); nothing else changed.
+  torch2-asis:*  the same without tcmalloc (not in the default list).
   torch113:*  Debian's python3-torch 1.13 from /usr/bin/python3, *tuned* for this command only
               (MACHINE.md): LD_PRELOAD=libtcmalloc_minimal.so.4, the OpenMP build of OpenBLAS, and
               OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset (but OPENBLAS_CORETYPE=SkylakeX where
@@ -92,6 +95,18 @@ def openblas_core(python, env):
     return None
 
 
+def with_tcmalloc(env, who, notes):
+    if os.path.exists(TCMALLOC):
+        env["LD_PRELOAD"] = (TCMALLOC + " " + env["LD_PRELOAD"]).strip() \
+            if env.get("LD_PRELOAD") else TCMALLOC
+        notes.append(f"{who}: LD_PRELOAD={TCMALLOC}")
+    else:
+        notes.append(f"{who}: WARNING {TCMALLOC} missing (apt-get install "
+                     "libtcmalloc-minimal4): running with glibc malloc, which re-faults big "
+                     "blocks each step")
+    return env
+
+
 def torch113_env(python, notes):
     """The tuned environment of MACHINE.md for Debian's torch 1.13, for its command only."""
     env = dict(os.environ)
@@ -100,14 +115,7 @@ def torch113_env(python, notes):
             notes.append(f"torch113: {var}={env[var]} unset for the torch 1.13 command only "
                          "(it forces OpenBLAS's half-speed AVX2 kernels; MACHINE.md pitfall 1)")
             del env[var]
-    if os.path.exists(TCMALLOC):
-        env["LD_PRELOAD"] = (TCMALLOC + " " + env["LD_PRELOAD"]).strip() \
-            if env.get("LD_PRELOAD") else TCMALLOC
-        notes.append(f"torch113: LD_PRELOAD={TCMALLOC}")
-    else:
-        notes.append(f"torch113: WARNING {TCMALLOC} missing (apt-get install "
-                     "libtcmalloc-minimal4): running with glibc malloc, which re-faults big "
-                     "blocks each step")
+    with_tcmalloc(env, "torch113", notes)
     selected = os.path.realpath(os.path.join(LIBDIR, "libblas.so.3"))
     if "openblas-openmp" in selected:
         notes.append("torch113: the OpenMP OpenBLAS is the selected libblas.so.3 alternative")
@@ -238,7 +246,8 @@ def main(argv=None):
     ap.add_argument("--batch-key", default="train.batch_size",
                     help="config key that sets attnlab bench's batch size")
     ap.add_argument("--settings", default=DEFAULT_SETTINGS,
-                    help="comma list of torch2:<s> / torch113:<s> / torch113-asis:<s>, "
+                    help="comma list of <peer>:<s>, peer in torch2, torch2-asis, torch113, "
+                         "torch113-asis, "
                          "<s> in eager, sdpa, compile, bf16, compile-bf16")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
@@ -257,8 +266,9 @@ def main(argv=None):
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in settings:
         kind, _, name = s.partition(":")
-        if kind not in ("torch2", "torch113", "torch113-asis") or name not in LABELS:
-            raise SystemExit(f"--settings {s}: use torch2:<s>, torch113:<s> or "
+        if kind not in ("torch2", "torch2-asis", "torch113", "torch113-asis") or \
+                name not in LABELS:
+            raise SystemExit(f"--settings {s}: use torch2:<s>, torch2-asis:<s>, torch113:<s> or "
                              f"torch113-asis:<s> with <s> in {', '.join(LABELS)}")
 
     if not args.torch_only:
@@ -271,13 +281,18 @@ def main(argv=None):
             raise SystemExit("no attnlab binary: build it (cmake --build --preset release --target "
                              "attnlab) and pass --attnlab PATH, or use --torch-only")
 
-    envs = {"torch2": dict(os.environ), "torch113": None, "torch113-asis": dict(os.environ)}
-    pythons = {"torch2": args.python2, "torch113": args.python113, "torch113-asis": args.python113}
-    if any(s.startswith("torch113:") for s in settings):
+    kinds = {s.partition(":")[0] for s in settings}
+    envs = {"torch2": None, "torch2-asis": dict(os.environ), "torch113": None,
+            "torch113-asis": dict(os.environ)}
+    pythons = {"torch2": args.python2, "torch2-asis": args.python2, "torch113": args.python113,
+               "torch113-asis": args.python113}
+    if "torch2" in kinds:
+        envs["torch2"] = with_tcmalloc(dict(os.environ), "torch2", notes)
+    if "torch113" in kinds:
         envs["torch113"] = torch113_env(args.python113, notes)
-    if any(s.startswith("torch2:") for s in settings) and \
+    if kinds & {"torch2", "torch2-asis"} and \
             not ensure_torch(args.python2, not args.no_install, notes):
-        settings = [s for s in settings if not s.startswith("torch2:")]
+        settings = [s for s in settings if not s.startswith("torch2")]
     if not settings:
         raise SystemExit("no PyTorch setting left to run: " + "; ".join(notes))
 
@@ -335,7 +350,8 @@ def main(argv=None):
         versions = {x["result"].get("torch") for x in records
                     if x["setting"] == s and x["side"] == "torch"}
         peer = (f"torch {'/'.join(sorted(v for v in versions if v))}" if versions else kind) + \
-            {"torch113": " tuned", "torch113-asis": " as installed"}.get(kind, "")
+            {"torch2": " +tcmalloc", "torch113": " tuned",
+             "torch113-asis": " as installed"}.get(kind, "")
         if tv:
             trange = f"{fmt_k(statistics.median(tv))} ({fmt_k(min(tv))}–{fmt_k(max(tv))})"
         else:

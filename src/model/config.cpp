@@ -308,8 +308,8 @@ const char* preset_config_text(const std::string& name) {
     return "# small: the demo model (about two minutes of training on 2 cores)\n"
            "model.n_layer = 4\nmodel.d_model = 256\nmodel.n_head = 4\nmodel.seq_len = 256\nmodel.vocab_size = 8192\n"
            "attn.pos = \"rope\"\n"
-           "train.batch_size = 16\ntrain.steps = 400\ntrain.warmup = 40\ntrain.lr = 2e-3\ntrain.eval_every = 100\n"
-           "train.eval_batches = 20\ntrain.log_every = 10\ntrain.time_limit = 130\n";
+           "train.batch_size = 16\ntrain.steps = 160\ntrain.warmup = 16\ntrain.lr = 2e-3\ntrain.eval_every = 40\n"
+           "train.eval_batches = 10\ntrain.log_every = 10\ntrain.time_limit = 170\n";
   if (name == "bench")
     return "# bench: the issue's benchmark shape (L=4 d=256 H=4 T=256 B=16 V=8192)\n"
            "model.n_layer = 4\nmodel.d_model = 256\nmodel.n_head = 4\nmodel.seq_len = 256\nmodel.vocab_size = 8192\n"
