@@ -21,6 +21,13 @@ std::vector<T> random_vec(size_t n, uint64_t seed, double scale = 1.0) {
   return v;
 }
 
+// Σ a_i·b_i: the scalar loss <w, out> of a random linear functional w, used by gradient tests.
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
 // max |a-b| / max(1, max|b|): relative to the reference's scale.
 template <class A, class B>
 double max_rel_diff(const A& a, const B& b) {

@@ -8,6 +8,7 @@
 
 using namespace attnlab;
 using namespace attnlab::kernels;
+using attnlab::test::dot;
 
 namespace {
 
@@ -18,11 +19,6 @@ std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
   return tok;
 }
 
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
 
 }  // namespace
 

@@ -8,13 +8,9 @@
 
 using namespace attnlab;
 using namespace attnlab::kernels;
+using attnlab::test::dot;
 
 namespace {
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
 }  // namespace
 
 // Float (oneDNN) vs the double-accumulating loops. Sums of K ≈ 50–70 products of N(0,1) values in fp32:

@@ -13,13 +13,9 @@
 
 using namespace attnlab;
 using namespace attnlab::kernels;
+using attnlab::test::dot;
 
 namespace {
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
 
 // max_i |a_i − b_i| / max(1, |b_i|): each element against its own scale, so that a few huge extreme
 // inputs do not loosen the comparison of the ordinary ones.

@@ -8,14 +8,9 @@
 
 using namespace attnlab;
 using namespace attnlab::kernels;
+using attnlab::test::dot;
 
 namespace {
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
 
 // N(0,1) rows shifted by a per-row offset in {−2s, −s, 0, s, 2s}: with s = 30, |μ| ≫ σ as can happen in
 // a residual stream, where a one-pass variance E[x²]−μ² would lose ~1e-4 relative.
