@@ -63,6 +63,8 @@ TEST(Config, ErrorsNameTheKeyAndPlace) {
   EXPECT_NE(error_of("train.steps = 10\ntrain.warmup = 20\n").find("train.warmup"), std::string::npos);
   // specified but not yet implemented mechanisms are named, not silently ignored
   EXPECT_NE(error_of("attn.xsa = on\n").find("not implemented"), std::string::npos);
+  EXPECT_NE(error_of("attn.pos = goat\n").find("not implemented"), std::string::npos);
+  EXPECT_EQ(error_of("attn.pos = alibi\nmodel.d_model = 12\nmodel.n_head = 4\n"), "");  // odd head size is fine without RoPE
   EXPECT_NE(error_of("residual.kind = dar\n").find("residual.kind"), std::string::npos);
   EXPECT_NE(error_of("garbage line\n").find("expected `key = value`"), std::string::npos);
   EXPECT_THROW(parse_override("noequals"), Error);

@@ -80,6 +80,17 @@ TEST(ModelGrad, RopeSinkNoPE) {
   check_gradients("attn.pos = none\nmodel.kv_heads = 1\n");
 }
 
+TEST(ModelGrad, AlibiGqaSink) { check_gradients("attn.pos = alibi\nmodel.kv_heads = 2\nattn.sink = learned\n"); }
+
+TEST(Model, AlibiSlopes) {
+  // §1.2 examples: H = 4 gives 1/4, 1/16, 1/64, 1/256; H = 12 gives 2^-1..2^-8, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+  EXPECT_EQ(alibi_slopes(4), (std::vector<double>{0.25, 1.0 / 16, 1.0 / 64, 1.0 / 256}));
+  const auto m12 = alibi_slopes(12);
+  ASSERT_EQ(m12.size(), 12u);
+  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(m12[h], std::pow(2.0, -(h + 1)));
+  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(m12[8 + i], std::pow(2.0, -0.5 - i));
+}
+
 TEST(Model, KeyBiasGradientIsStructurallyZeroWithoutRopeOrSink) {
   const Config cfg = tiny("attn.pos = none\n");
   GPT<double> m(cfg);
@@ -94,7 +105,8 @@ TEST(Model, KeyBiasGradientIsStructurallyZeroWithoutRopeOrSink) {
 }
 
 TEST(Model, CachedLogitsEqualUncached) {
-  for (const char* extra : {"attn.pos = rope\n", "attn.pos = learned\nattn.sink = learned\n", "attn.pos = none\nmodel.kv_heads = 2\n"}) {
+  for (const char* extra : {"attn.pos = rope\n", "attn.pos = learned\nattn.sink = learned\n", "attn.pos = none\nmodel.kv_heads = 2\n",
+                            "attn.pos = alibi\nmodel.n_head = 2\n"}) {
     const Config cfg = tiny(extra);
     GPT<float> m(cfg);
     randomize(m, 7);

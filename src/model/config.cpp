@@ -254,8 +254,8 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
     fail(where("model.kv_heads"), ": model.n_head = ", m.n_head, " is not divisible by model.kv_heads = ", m.kv_heads);
   if (c.attn.pos == "rope" && m.head_dim() % 2 != 0)
     fail(where("attn.pos"), ": attn.pos = rope needs an even head dimension, but model.d_model / model.n_head = ", m.head_dim());
-  if (c.attn.pos == "alibi" || c.attn.pos == "goat")
-    fail(where("attn.pos"), ": attn.pos = ", c.attn.pos, " is specified (MECHANISMS.md §1.2, §3) but not implemented in attnlab 0.1 yet; use none, learned or rope");
+  if (c.attn.pos == "goat")
+    fail(where("attn.pos"), ": attn.pos = goat is specified (MECHANISMS.md §3) but not implemented in attnlab 0.1 yet; use none, learned, rope or alibi");
   if (m.mlp_hidden == 0) m.mlp_hidden = m.mlp == "gelu" ? 4 * m.d_model : 64 * ((8 * m.d_model + 191) / 192);
   if (c.train.warmup > c.train.steps && c.train.steps > 0)
     fail(where("train.warmup"), ": train.warmup = ", c.train.warmup, " exceeds train.steps = ", c.train.steps);

@@ -27,7 +27,7 @@ struct ModelConfig {
 };
 
 struct AttentionConfig {
-  std::string pos = "rope";  // none | learned | rope   (alibi, goat: issue 3)
+  std::string pos = "rope";  // none | learned | rope | alibi   (goat: issue 3)
   double rope_base = 10000.0;
   std::string sink = "none";  // none | learned
   double sink_init = 0.0;

@@ -24,6 +24,21 @@ void add_inplace(T* y, const T* x, size_t n) {
 }
 }  // namespace
 
+std::vector<double> alibi_slopes(int H) {
+  auto geometric = [](int n) {
+    std::vector<double> m(n);
+    for (int h = 0; h < n; ++h) m[h] = std::pow(2.0, -8.0 * (h + 1) / n);
+    return m;
+  };
+  int p2 = 1;
+  while (p2 * 2 <= H) p2 *= 2;
+  std::vector<double> m = geometric(p2);
+  if (p2 == H) return m;
+  const std::vector<double> extra = geometric(2 * p2);
+  for (int i = 0; (int)m.size() < H; i += 2) m.push_back(extra[i]);
+  return m;
+}
+
 template <class T>
 GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
   const ModelConfig& m = cfg_.model;
@@ -69,6 +84,8 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
   dwte_ = ptr(grads(), "wte"); dwpe_ = ptr(grads(), "wpe");
   dlnf_w_ = ptr(grads(), "ln_f.weight"); dlnf_b_ = ptr(grads(), "ln_f.bias");
   if (cfg_.attn.pos == "rope") rope_ = kernels::make_rope_table<T>(m.seq_len, Dh, cfg_.attn.rope_base);
+  if (cfg_.attn.pos == "alibi")
+    for (double slope : alibi_slopes(H)) alibi_slopes_.push_back(T(slope));
 }
 
 template <class T>
@@ -246,7 +263,7 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       kp = a.qkv + H * Dh; vp = a.qkv + (H + Hkv) * Dh;
       s.Tk = Tq; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC; s.pos_offset = 0;
     }
-    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, scale, s);
+    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, scale, s, alibi());
     T* x1 = ws.res[2 * l + 1];
     kernels::linear_forward(x1, a.att, p.proj_w, p.proj_b, N, H * Dh, C);
     add_inplace(x1, x, (size_t)N * C);
@@ -287,7 +304,7 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC;
     s.out_stride = H * Dh; s.pos_offset = 0;
     kernels::attention_backward(ws.dqkv, ws.dqkv + H * Dh, ws.dqkv + (H + Hkv) * Dh, g.sink, ws.datt, a.att, a.lse, a.qkv,
-                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, scale, s);
+                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, scale, s, alibi());
     if (cfg_.attn.pos == "rope") kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);
     kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, p.qkv_w, N, C, qkvC);
     norm_backward(ws.dres, g.ln1_w, g.ln1_b, ws.dln, ws.res[2 * l], p.ln1_w, a.ln1_mean, a.ln1_rstd, N);

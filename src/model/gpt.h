@@ -93,6 +93,8 @@ class GPT {
   T *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
   kernels::RopeTable<T> rope_;
+  std::vector<T> alibi_slopes_;  // [H] when attn.pos = alibi (§1.2), empty otherwise
+  const T* alibi() const { return alibi_slopes_.empty() ? nullptr : alibi_slopes_.data(); }
 
   int B_ = 0, T_ = 0;
   Arena arena_;
@@ -106,6 +108,10 @@ class GPT {
   int cache_cap_ = 0, cache_len_ = 0, inf_B_ = 0, inf_max_rows_ = 0;
   T* inf_logits_scratch_ = nullptr;
 };
+
+// ALiBi slopes m_h for H query heads (MECHANISMS.md §1.2): 2^(−8(h+1)/H) for a power of two,
+// otherwise the P2 = 2^floor(log2 H) slopes, then every other slope of 2·P2, keeping the first H−P2.
+std::vector<double> alibi_slopes(int H);
 
 extern template class GPT<float>;
 extern template class GPT<double>;

@@ -91,6 +91,9 @@ CASES = [
     ("layernorm-nobias-gelu-nope-mqa",
      {"model.norm": "layernorm", "model.mlp": "gelu", "model.bias": False, "attn.pos": "none",
       "model.kv_heads": 1}, 16, 2),
+    ("rmsnorm-gelu-alibi-gqa2-sink",
+     {"model.norm": "rmsnorm", "model.mlp": "gelu", "model.bias": True, "attn.pos": "alibi",
+      "model.kv_heads": 2, "attn.sink": "learned"}, 16, 2),
 ]
 
 
