@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -20,6 +21,30 @@
 namespace attnlab {
 
 namespace {
+// Ctrl-C / SIGTERM: finish the current step, evaluate, write a checkpoint and return. A second
+// signal gets the default action (the handler resets itself), so a stuck run can still be killed.
+volatile sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  signal(sig, SIG_DFL);
+}
+
+struct StopSignals {
+  struct sigaction old_int {}, old_term {};
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
 // The measured fp32 GEMM peak of this machine (MACHINE.md: oneDNN ≈ 385 GFLOP/s with 2 threads),
 // the denominator of the MFU figure. ATTNLAB_PEAK_GFLOPS overrides it for other machines.
 double peak_gflops() {
@@ -158,6 +183,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     metrics.flush();
   };
 
+  StopSignals signals;
   while (state.step < tc.steps) {
     Timer step_timer;
     model.zero_grad();
@@ -197,6 +223,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     if (tc.eval_every > 0 && state.step % tc.eval_every == 0 && state.step < tc.steps) run_eval();
     if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0) save(checkpoint_path(state.step));
     if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
+    if (g_stop_signal) {
+      if (!opts.quiet)
+        std::printf("interrupted (signal %d) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
+                    (int)g_stop_signal, (long long)state.step, tc.out_dir.c_str());
+      break;
+    }
     if (tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit && state.step < tc.steps) {
       if (!opts.quiet) std::printf("time limit of %.0f s reached at step %lld; stopping with a checkpoint\n", tc.time_limit, (long long)state.step);
       break;

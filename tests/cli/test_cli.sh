@@ -63,6 +63,23 @@ printf '1 2 3 4 5 6\n' >"$WORK/seq.txt"
 # resume continues from the step-10 checkpoint
 "$BIN" train --resume "$WORK/run/step_000010.safetensors" --set train.steps=12 --quiet >"$WORK/resume.log" 2>&1 && ok resume || bad "resume: $(tail -3 "$WORK/resume.log")"
 
+# Ctrl-C (SIGINT) mid-run: the step finishes, a checkpoint is written, the run can be resumed
+"$BIN" train "${common[@]}" --set "train.out_dir=\"$WORK/int\"" --set train.steps=100000 --set train.warmup=1 >"$WORK/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  [ -f "$WORK/int/metrics.jsonl" ] && [ "$(wc -l <"$WORK/int/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 0 ] && grep -q "interrupted" "$WORK/int.log" && [ -f "$WORK/int/model.safetensors" ]; then
+  ok "SIGINT writes a checkpoint and exits cleanly"
+else
+  bad "SIGINT: rc=$rc $(tail -3 "$WORK/int.log")"
+fi
+"$BIN" train --resume "$WORK/int/model.safetensors" --stop-after 1 --quiet >/dev/null 2>&1 && ok "resume after SIGINT" || bad "resume after SIGINT"
+
 # bad input: clear errors that name the culprit
 expect_error "missing config file" "nope.toml" "$BIN" train --config "$WORK/nope.toml"
 printf 'model.n_layers = 3\n' >"$WORK/bad.toml"
