@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/gemm.h"
+#include "kernels/math.h"
 
 namespace attnlab::kernels {
 
@@ -63,14 +64,7 @@ inline float exp_nonpositive(float x) {
   const float t = x * log2e + shifter;
   const float n = t - shifter;
   const float r = (x - n * ln2_hi) - n * ln2_lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  const float p = exp_reduced_poly(r);
   // n + 127, in [1, 127] for x >= lo (other x are replaced by 0 below).
   const uint32_t biased = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(shifter) + 127u;
   const float two_n = std::bit_cast<float>(biased << 23);

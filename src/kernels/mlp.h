@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/math.h"
+
 namespace attnlab::kernels {
 
 // ---------------------------------------------------------------------------------------------
@@ -42,14 +44,7 @@ inline Real exp_fast(Real x) {
     // ln2 split in a part exact in few bits (n·hi is exact for |n| ≤ 2^9) and the remainder.
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const float p = exp_reduced_poly(r);
     const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
     return p * std::bit_cast<float>(bits);
   } else {
