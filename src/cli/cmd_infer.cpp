@@ -42,7 +42,7 @@ void run_eval(const EvalArgs& a) {
   Shard shard = Shard::open(a.data);
   if (shard.size() < (size_t)T + 1) fail("data ", a.data, " has ", shard.size(), " tokens, fewer than seq-len + 1 = ", T + 1);
   shard.validate_vocab(model->config().model.vocab_size);
-  const EvalResult r = evaluate(*model, shard, a.batches > 0 ? a.batches : 1 << 30);
+  const EvalResult r = evaluate(*model, shard, a.batches);
   std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.3f\n", a.checkpoint.c_str(), a.data.c_str(), T,
               r.count, r.mean(), std::exp(r.mean()));
 }

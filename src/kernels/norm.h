@@ -65,6 +65,28 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
   }
 }
 
+namespace norm_detail {
+// The shared schedule of both norm backwards: over blocks of kNormRowBlock rows, first the rows
+// split among threads (row_pass(i): dx for row i), then the same rows, still in cache, with the
+// columns split among threads (column_pass(i, c0, c1): the parameter gradients of columns
+// [c0, c1) from row i). Columns are owned by one thread, so there are no races and no scratch.
+template <class RowPass, class ColumnPass>
+void blocked_backward(int N, int C, RowPass row_pass, ColumnPass column_pass) {
+#pragma omp parallel
+  {
+    const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int chunk = ((C + n_threads - 1) / n_threads + 15) / 16 * 16;
+    const int c0 = std::min(C, thread * chunk), c1 = std::min(C, c0 + chunk);
+    for (int i0 = 0; i0 < N; i0 += kNormRowBlock) {
+      const int i1 = std::min(N, i0 + kNormRowBlock);
+#pragma omp for schedule(static) nowait
+      for (int i = i0; i < i1; ++i) row_pass(i);
+      for (int i = i0; i < i1 && c0 < c1; ++i) column_pass(i, c0, c1);
+    }
+  }
+}
+}  // namespace norm_detail
+
 // ---------------------------------------------------------------------------------------------
 // LayerNorm backward.
 // dinp (N,C) ACCUMULATES (+=): the caller passes the residual-stream gradient in place, so the
@@ -73,16 +95,9 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
 template <class Real>
 void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
                         const Real* mean, const Real* rstd, int N, int C) {
-#pragma omp parallel
-  {
-    const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int chunk = ((C + n_threads - 1) / n_threads + 15) / 16 * 16;
-    const int c0 = std::min(C, thread * chunk), c1 = std::min(C, c0 + chunk);
-    for (int i0 = 0; i0 < N; i0 += kNormRowBlock) {
-      const int i1 = std::min(N, i0 + kNormRowBlock);
-      // Pass 1, rows split among threads: dx += r(g − mean(g) − x̂·mean(g∘x̂)), x̂ recomputed from μ, r.
-#pragma omp for schedule(static) nowait
-      for (int i = i0; i < i1; ++i) {
+  norm_detail::blocked_backward(
+      N, C,
+      [&](int i) {  // dx += r(g − mean(g) − x̂·mean(g∘x̂)), x̂ recomputed from μ, r
         const Real* x = inp + (size_t)i * C;
         const Real* dy = dout + (size_t)i * C;
         Real* dx = dinp + (size_t)i * C;
@@ -97,9 +112,8 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
         const Real mean_g = sum_g / Real(C), mean_gx = sum_gx / Real(C);
 #pragma omp simd
         for (int c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - mean_g - (x[c] - mu) * r * mean_gx);
-      }
-      // Pass 2, columns split among threads, same rows (still in cache): dγ += Σ dy∘x̂, dβ += Σ dy.
-      for (int i = i0; i < i1 && c0 < c1; ++i) {
+      },
+      [&](int i, int c0, int c1) {  // dγ += Σ dy∘x̂, dβ += Σ dy
         const Real* x = inp + (size_t)i * C;
         const Real* dy = dout + (size_t)i * C;
         const Real mu = mean[i], r = rstd[i];
@@ -109,9 +123,7 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
 #pragma omp simd
           for (int c = c0; c < c1; ++c) dbias[c] += dy[c];
         }
-      }
-    }
-  }
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -139,16 +151,9 @@ void rmsnorm_forward(Real* out, Real* rstd, const Real* inp, const Real* weight,
 template <class Real>
 void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* inp, const Real* weight,
                       const Real* rstd, int N, int C) {
-#pragma omp parallel
-  {
-    const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int chunk = ((C + n_threads - 1) / n_threads + 15) / 16 * 16;
-    const int c0 = std::min(C, thread * chunk), c1 = std::min(C, c0 + chunk);
-    for (int i0 = 0; i0 < N; i0 += kNormRowBlock) {
-      const int i1 = std::min(N, i0 + kNormRowBlock);
-      // Pass 1, rows: dx += r(g − x̂·mean(g∘x̂)).
-#pragma omp for schedule(static) nowait
-      for (int i = i0; i < i1; ++i) {
+  norm_detail::blocked_backward(
+      N, C,
+      [&](int i) {  // dx += r(g − x̂·mean(g∘x̂))
         const Real* x = inp + (size_t)i * C;
         const Real* dy = dout + (size_t)i * C;
         Real* dx = dinp + (size_t)i * C;
@@ -159,17 +164,14 @@ void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* i
         const Real mean_gx = sum_gx / Real(C);
 #pragma omp simd
         for (int c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - x[c] * r * mean_gx);
-      }
-      // Pass 2, columns, same rows: dγ += Σ dy∘x̂.
-      for (int i = i0; i < i1 && c0 < c1; ++i) {
+      },
+      [&](int i, int c0, int c1) {  // dγ += Σ dy∘x̂
         const Real* x = inp + (size_t)i * C;
         const Real* dy = dout + (size_t)i * C;
         const Real r = rstd[i];
 #pragma omp simd
         for (int c = c0; c < c1; ++c) dweight[c] += dy[c] * x[c] * r;
-      }
-    }
-  }
+      });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #include "train/trainer.h"
 
 #include <signal.h>
-#include <sys/stat.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdio>
@@ -66,22 +67,14 @@ std::string format_eta(double s) {
 
 EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches) {
   const int B = model.planned_B(), T = model.planned_T();
+  const DataLoader windows(shard, B, T, 0);  // its sequential evaluation order; the seed is unused
   std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
-  const size_t windows = shard.size() > (size_t)T ? (shard.size() - 1) / T : 0;
   EvalResult r;
-  size_t w = 0;
-  for (int batch = 0; batch < max_batches && w < windows; ++batch) {
-    for (int b = 0; b < B; ++b, ++w) {
-      for (int t = 0; t < T; ++t) {
-        if (w < windows) {
-          in[(size_t)b * T + t] = shard.tokens()[w * T + t];
-          tgt[(size_t)b * T + t] = shard.tokens()[w * T + t + 1];
-        } else {  // a partial last batch: pad with ignored targets
-          in[(size_t)b * T + t] = 0;
-          tgt[(size_t)b * T + t] = -1;
-        }
-      }
-    }
+  const size_t batches = windows.eval_batches(max_batches > 0 ? (size_t)max_batches : 0);
+  for (size_t k = 0; k < batches; ++k) {
+    const int fresh = windows.eval_batch(k, in.data(), tgt.data());
+    // Rows past `fresh` wrap round to windows already scored: ignore their targets (exact mean).
+    std::fill(tgt.begin() + (size_t)fresh * T, tgt.end(), -1);
     r.count += (size_t)model.count_valid(tgt.data(), tgt.size());
     r.loss_sum += model.eval_loss(in.data(), tgt.data());
   }

@@ -29,8 +29,8 @@ struct TrainSummary {
   std::vector<double> losses;  // train loss per optimizer step taken in this run
 };
 
-// Sum of losses and number of targets over the first `max_batches` consecutive (B, T+1) windows of
-// a shard (deterministic, in order; fewer if the shard is short).
+// Sum of losses and number of targets over the first `max_batches` batches (0: all) of a shard's
+// consecutive (T+1)-token windows in order (DataLoader::eval_batch): deterministic, each window once.
 struct EvalResult { double loss_sum = 0; size_t count = 0; double mean() const { return count ? loss_sum / count : 0; } };
 EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches);
 
