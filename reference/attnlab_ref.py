@@ -399,7 +399,8 @@ class GoatPrior(nn.Module):
         S = angle.sin().to(dtype=dtype, device=device)
         A = self.A.repeat_interleave(H // Hkv, dim=0)[None, :, None, :]  # [1, H, 1, R]
         Bs = self.B.repeat_interleave(H // Hkv, dim=0)[None, :, None, :]
-        q_parts = [q_c / math.sqrt(Dc), A * C + Bs * S, A * S - Bs * C]
+        q_parts = [q_c / math.sqrt(Dc), (A * C + Bs * S).expand(B, H, T, -1),
+                   (A * S - Bs * C).expand(B, H, T, -1)]
         k_parts = [k_c, C.expand(B, Hkv, T, -1), S.expand(B, Hkv, T, -1)]
         if self.key_bias:
             q_parts.append(torch.ones(B, H, T, 1, dtype=dtype, device=device))
@@ -428,7 +429,8 @@ class GoatPrior(nn.Module):
                 if seeded:
                     normal(self.w2, self.init_std)
                     slopes = alibi_slopes(self.rho.shape[0])
-                    self.rho.copy_(torch.tensor([softplus_inverse(m) for m in slopes]))
+                    self.rho.copy_(torch.tensor([softplus_inverse(m) for m in slopes],
+                                                dtype=torch.float64))
                 else:
                     self.rho.fill_(-30.0)
                 self.gain.fill_(1.0)
