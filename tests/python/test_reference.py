@@ -94,10 +94,31 @@ CASES = [
     ("rmsnorm-gelu-alibi-gqa2-sink",
      {"model.norm": "rmsnorm", "model.mlp": "gelu", "model.bias": True, "attn.pos": "alibi",
       "model.kv_heads": 2, "attn.sink": "learned"}, 16, 2),
+    # XSA (MECHANISMS.md §2) and GOAT (§3): D_h = 16 leaves D_c = 7 content dims with the default
+    # R = M = 4 and the key lane, D_c = 11 with R = 2.
+    ("rope-xsa-on",
+     {"attn.pos": "rope", "attn.xsa": "on"}, 16, 3),
+    ("rope-xsa-gated-layer0-sink-gqa2",  # gates perturbed; layer 1 has none
+     {"attn.pos": "rope", "attn.xsa": "gated", "attn.xsa.layers": [0], "attn.sink": "learned",
+      "model.kv_heads": 2}, 16, 2),
+    ("goat-seeded-keybias",  # defaults: R = M = 4, seeded, τ = seq_len, all layers
+     {"attn.pos": "goat", "attn.goat.key_bias": True}, 16, 3),
+    ("rmsnorm-goat-uniform-sink-gqa2",  # the relative recency form matters with the sink (§3.4)
+     {"model.norm": "rmsnorm", "attn.pos": "goat", "attn.sink": "learned", "model.kv_heads": 2,
+      "attn.goat.pos_rank": 2, "attn.goat.abs_rank": 2, "attn.goat.abs_base": 1000.0,
+      "attn.goat.train_len": 64, "attn.goat.init": "uniform"}, 16, 2),
+    ("goat-layer0-other-alibi-xsa-on",
+     {"attn.pos": "goat", "attn.goat.layers": [0], "attn.goat.other_pos": "alibi",
+      "attn.xsa": "on"}, 16, 2),
+    ("swiglu-nobias-goat-nokeybias-layer1-other-rope",
+     {"model.mlp": "swiglu", "model.bias": False, "attn.pos": "goat", "attn.goat.key_bias": False,
+      "attn.goat.pos_rank": 3, "attn.goat.pos_base": 100.0, "attn.goat.layers": [1]}, 16, 2),
 ]
 
 
 def toml_value(v):
+    if isinstance(v, (list, tuple)):  # layer lists: [0, 2]
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -126,7 +147,9 @@ class Report:
     def __init__(self):
         self.failures = []
 
-    def compare(self, name, got, ref, tol):
+    def compare(self, name, got, ref, tol, scale=None):
+        """max|got − ref| / max|ref| <= tol; `scale` replaces max|ref| for a structurally zero
+        tensor (GOAT's b2 without a sink)."""
         got = np.asarray(got, dtype=np.float64)
         ref = np.asarray(ref, dtype=np.float64)
         if got.shape != ref.shape:
@@ -138,7 +161,9 @@ class Report:
             print(f"  FAIL {name:42s} non-finite values")
             return
         diff = float(np.max(np.abs(got - ref))) if ref.size else 0.0
-        scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-12)
+        if scale is None:
+            scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        scale = max(scale, 1e-12)
         rel = diff / scale
         ok = rel <= tol
         print(f"  {'OK  ' if ok else 'FAIL'} {name:42s} max|diff| {diff:9.2e}  "
@@ -629,7 +654,11 @@ def check_init(R, tensors, cfg, rep):
         if name.startswith(("adam.", "grad.")):
             continue
         t = t.astype(np.float64)
-        if name.endswith(".bias") or name.endswith(".sink"):
+        if name.endswith(".xsa_gate"):
+            rep.check(np.all(t == 0), f"init {name} = 0 (§2.1: gated XSA starts as off)")
+        elif ".attn.goat." in name:
+            check_goat_init(R, name, t, cfg, rep)
+        elif name.endswith(".bias") or name.endswith(".sink"):
             rep.check(np.all(t == 0), f"init {name} = 0")
         elif ".ln" in name or name.startswith("ln_f"):
             rep.check(np.all(t == 1), f"init {name} = 1")
@@ -642,6 +671,30 @@ def check_init(R, tensors, cfg, rep):
             rep.check(ok, f"init {name}: std {s:.5f} (want {std:.5f}), mean {mu:+.1e}")
 
 
+def check_goat_init(R, name, t, cfg, rep):
+    """MECHANISMS.md §3.6. The tensors are tiny (≤ 40 entries), so a normal init is checked as
+    non-zero and within 6 sd, and exact values exactly (ρ to fp32 rounding)."""
+    seeded = cfg["attn.goat.init"] == "seeded"
+    std = cfg["attn.goat.init_std"]
+    kind = name.rsplit(".", 1)[1]
+    if kind == "rho":
+        if seeded:
+            want = np.array([R.softplus_inverse(m) for m in R.alibi_slopes(t.shape[0])])
+        else:
+            want = np.full(t.shape, -30.0)
+        rep.check(np.allclose(t, want, rtol=1e-6, atol=0),
+                  f"init {name} = {np.round(t, 4).tolist()} (want "
+                  f"{'softplus⁻¹(ALiBi slopes of H_kv heads)' if seeded else '−30'})")
+        return
+    normal = {"A": 0.01 if seeded else None, "W1": std, "w2": std if seeded else None}.get(kind)
+    if normal is not None:
+        rep.check(0 < np.max(np.abs(t)) < 6 * normal,
+                  f"init {name}: N(0, {normal:g}²) (max|x| {np.max(np.abs(t)):.1e})")
+        return
+    want = 1.0 if kind == "gain" else 0.0
+    rep.check(np.all(t == want), f"init {name} = {want:g}")
+
+
 def perturb(tensors, rng):
     """Every parameter made non-trivial and O(1) in effect: matrices N(0, 1/fan_in) (unit-scale
     activations, attention logits of sd ~1), embeddings N(0, 0.1²) (logit sd ~0.8), gains 1 + N(0,
@@ -651,8 +704,14 @@ def perturb(tensors, rng):
         if name.startswith(("adam.", "grad.")):
             out[name] = t
             continue
-        if name.endswith(".sink"):
-            x = rng.normal(0.0, 1.0, t.shape)
+        if name.endswith(".sink") or name.endswith(".xsa_gate") or name.endswith(".goat.bump"):
+            x = rng.normal(0.0, 1.0, t.shape)  # XSA γ = tanh(a) in about ±0.8
+        elif name.endswith(".goat.gain"):
+            x = 1.0 + rng.normal(0.0, 0.3, t.shape)
+        elif name.endswith(".goat.rho"):  # recency slopes softplus(ρ) around 0.13: ~2 over T = 16
+            x = rng.normal(-2.0, 0.5, t.shape)
+        elif ".attn.goat." in name:  # A, B, W1, b1, w2, b2: priors of O(1) logits
+            x = rng.normal(0.0, 0.5, t.shape)
         elif name.endswith(".bias"):
             x = rng.normal(0.0, 0.1, t.shape)
         elif ".ln" in name or name.startswith("ln_f"):
@@ -731,10 +790,20 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
     if "logits" in got:
         rep.compare("logits", got["logits"], logits.detach().numpy(), LOGITS_TOL)
     rep.compare("forward logits.npy", np.load(npy_path), logits.detach().numpy(), LOGITS_TOL)
-    for pname, p in model.named_parameters():
+    params = dict(model.named_parameters())
+    for pname, p in params.items():
         key = "grad." + pname
-        if key in got:
-            rep.compare(key, got[key], p.grad.numpy(), GRAD_TOL)
+        if key not in got:
+            continue
+        scale = None
+        if pname.endswith(".goat.b2") and cfg.get("attn.sink", "none") == "none":
+            # db2 = Σ_j du(j) ≡ 0 without a sink (§3.5): the engine's value is rounding of a sum
+            # of the du(j), so normalise by the gradients built from the same du(j).
+            layer = pname[:-len("b2")]
+            scale = max(float(params[layer + n].grad.abs().max()) for n in ("b1", "w2", "gain"))
+            print(f"       ({key} is structurally 0: normalised by max|grad b1, w2, gain| "
+                  f"{scale:.2e})")
+        rep.compare(key, got[key], p.grad.numpy(), GRAD_TOL, scale)
     if "grad.wpe" in got and T < cfg["model.seq_len"]:
         rep.check(np.all(got["grad.wpe"][T:] == 0),
                   f"grad.wpe rows {T}.. are exactly zero (unused)")
