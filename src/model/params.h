@@ -10,13 +10,14 @@
 
 namespace attnlab {
 
-enum class Init { Normal, Zero, One, Constant };
+enum class Init { Normal, Zero, One, Constant, Values };
 
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
   Init init = Init::Normal;
   double init_value = 0.0;  // std for Normal, value for Constant
+  std::vector<double> init_values;  // Values: one per element (e.g. GOAT's ALiBi-initialized ρ, §3.6)
   bool decay = false;       // AdamW decoupled weight decay (§0: only E, P, W_q/k/v/o, MLP matrices)
   size_t offset = 0;        // element offset in the buffers
   size_t numel = 0;
@@ -26,6 +27,8 @@ class ParamRegistry {
  public:
   // Adds a tensor; returns its index. Offsets are assigned by finalize().
   size_t add(std::string name, std::vector<int64_t> shape, Init init, double init_value, bool decay);
+  // Adds a tensor initialized element by element from `values` (numel entries).
+  size_t add_values(std::string name, std::vector<int64_t> shape, std::vector<double> values, bool decay);
   // Lays the tensors out: every decayed tensor first, then the rest, each 16-element (64-byte)
   // aligned. The optimizer is then two contiguous calls (decayed range, undecayed range) instead
   // of one small call per tensor; padding stays zero in every buffer and is left zero by AdamW.
