@@ -1,4 +1,4 @@
-"""PyTorch reference of attnlab's baseline GPT (MECHANISMS.md §1).
+"""PyTorch reference of attnlab's GPT (MECHANISMS.md §1), with XSA (§2) and GOAT (§3).
 
 Three jobs:
   * the oracle of the golden test (tests/python/test_reference.py): load an attnlab checkpoint in
@@ -7,7 +7,8 @@ Three jobs:
   * a readable statement of the math, written op by op like the C++ kernels, citing the spec.
 
 Works with torch 1.13 (Debian's python3-torch: no scaled_dot_product_attention, so attention is
-written by hand) and torch 2.x (may use F.scaled_dot_product_attention when there is no sink).
+written by hand) and torch 2.x (may use F.scaled_dot_product_attention when there is no sink; ALiBi
+and GOAT biases go in as a float mask).
 
 Parameters are kept in attnlab's layout and under attnlab's names, so `model.state_dict()` keys
 are exactly the checkpoint's tensor names: matrices are [in, out] and applied as x @ W
@@ -132,8 +133,9 @@ def resolve_config(config: Dict) -> Dict:
 
 
 def parse_layers(key: str, value, n_layer: int) -> List[int]:
-    """A layer-list key (attn.xsa.layers, attn.goat.layers): "all" or a list of 0-based layer
-    indices (a JSON list in a checkpoint; "[0, 2]" as a string is accepted too). Sorted, unique."""
+    """A layer-list key (attn.xsa.layers, attn.goat.layers): "all" or a non-empty list of distinct
+    0-based layer indices (a JSON list in a checkpoint; "[0, 2]" as a string is accepted too).
+    Returns the layers, sorted."""
     if isinstance(value, str):
         if value.strip() == "all":
             return list(range(n_layer))
@@ -146,11 +148,14 @@ def parse_layers(key: str, value, n_layer: int) -> List[int]:
             isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise ReferenceError(f"{key} = {value!r}: use \"all\" or a list of layer indices such as "
                              "[0, 2]")
+    if not value or len(set(value)) != len(value):  # as the engine: "all", or distinct layers
+        raise ReferenceError(f"{key} = {list(value)}: use \"all\" or a non-empty list of "
+                             "distinct layer indices")
     bad = [i for i in value if not 0 <= i < n_layer]
     if bad:
         raise ReferenceError(f"{key} = {list(value)}: layer {bad[0]} is outside [0, "
                              f"{n_layer}) (model.n_layer = {n_layer}; layers are 0-based)")
-    return sorted(set(value))
+    return sorted(value)
 
 
 def _resolve_attention(cfg: Dict) -> None:
@@ -188,9 +193,12 @@ def _resolve_attention(cfg: Dict) -> None:
                 raise ReferenceError(f"{key} = {v!r}: must be an integer >= "
                                      f"{1 if 'train' in key else 0}")
         for key in ("attn.goat.pos_base", "attn.goat.abs_base", "attn.goat.init_std"):
-            if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or \
-                    not cfg[key] > 0:
-                raise ReferenceError(f"{key} = {cfg[key]!r}: must be a positive number")
+            v = cfg[key]
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or \
+                    not (v >= 0 if key.endswith("init_std") else v > 0):
+                raise ReferenceError(f"{key} = {v!r}: must be a "
+                                     f"{'non-negative' if key.endswith('init_std') else 'positive'}"
+                                     " number")
         if not isinstance(cfg["attn.goat.key_bias"], bool):
             raise ReferenceError(f"attn.goat.key_bias = {cfg['attn.goat.key_bias']!r}: must be "
                                  "true or false")
@@ -574,7 +582,7 @@ class Block(nn.Module):
 
 
 class AttnlabGPT(nn.Module):
-    """attnlab's baseline GPT (MECHANISMS.md §1). Built from a flat dotted-key config dict; its
+    """attnlab's GPT (MECHANISMS.md §1-3). Built from a flat dotted-key config dict; its
     state_dict names and shapes are exactly those of an attnlab checkpoint."""
 
     def __init__(self, config: Dict):
