@@ -7,9 +7,10 @@
 // h(l) = (l−1) mod n and of (1−home_weight)/(n−1) elsewhere, bres = ln(res_diag(n−1)/(1−res_diag))·I:
 // rows of Hres and Hpre sum to 1 and Hpost = 1, so every stream equals the standard residual stream.
 //
-// One GEMM computes all three projections: Φ packed per call as [Φpre | Φpost | Φres] (nd × M),
-// M = n² + 2n, and x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per token); the
-// backward [Derived, §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres.
+// One GEMM computes all three projections: Φ packed per call, transposed, as [Φpre | Φpost | Φres]ᵀ
+// (M × nd), M = n² + 2n, and x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per
+// token); the backward [Derived, §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres,
+// forms dΦᵀ = zᵀx⃗ by a GEMM and the state's gradient in one fused pass (streams.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ struct MhcState : ResidualState {
   std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
   T *final_out = nullptr, *pack = nullptr;
   // backward
-  T *dX[2] = {nullptr, nullptr}, *Y = nullptr, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
+  T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
     *dpack = nullptr, *sums = nullptr, *work = nullptr;
   int cur = 0, threads = 0;
 };
@@ -118,7 +119,6 @@ class Mhc final : public Residual<T> {
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd_);
       s.dX[1] = arena.template take<T>(rows * nd_);
-      s.Y = arena.template take<T>(rows * nd_);
       s.dh = arena.template take<T>(rows * C_);
       s.dout = arena.template take<T>(rows * C_);
       s.z = arena.template take<T>(rows * M_);
@@ -143,7 +143,7 @@ class Mhc final : public Residual<T> {
     const int n = n_;
     kernels::rms_inverse(rstd, X, N, nd_);
     pack(s.pack, p);
-    gemm(false, false, N, M_, nd_, T(1), X, nd_, s.pack, M_, T(0), proj, M_);
+    gemm(false, true, N, M_, nd_, T(1), X, nd_, s.pack, nd_, T(0), proj, M_);
     const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
     // Groups of G tokens: the Sinkhorn iterations run as SIMD across the group (kernels/sinkhorn.h).
     constexpr int G = kernels::kSinkhornMaxGroup;
@@ -323,10 +323,9 @@ class Mhc final : public Residual<T> {
     *g.alpha_post += s.sums[M + 1];
     *g.alpha_res += s.sums[M + 2];
     pack(s.pack, p);
-    gemm(true, false, nd_, M, N, T(1), X, nd_, s.z, M, T(0), s.dpack, M);
+    gemm(true, false, M, nd_, N, T(1), s.z, M, X, nd_, T(0), s.dpack, nd_);
     unpack_add(g, s.dpack);
-    gemm(false, true, N, nd_, M, T(1), s.z, M, s.pack, M, T(0), s.Y, nd_);
-    streams::rms_ng_backward(dX, s.Y, X, rstd, (size_t)N, nd_);
+    streams::project_back_rms_ng(dX, s.z, proj, s.pack, X, rstd, (size_t)N, M, nd_);
     s.cur = 1 - s.cur;
   }
   const T* embedding_grad(ResidualState& rs, int N) const override {
@@ -340,23 +339,27 @@ class Mhc final : public Residual<T> {
   static MhcState<T>& st(ResidualState& s) { return static_cast<MhcState<T>&>(s); }
   static const MhcState<T>& cst(const ResidualState& s) { return static_cast<const MhcState<T>&>(s); }
   size_t work_per_thread() const { return kernels::sinkhorn_work_size(n_, iters_) * kernels::kSinkhornMaxGroup; }
-  // Φ = [Φpre | Φpost | Φres] (nd × M), the layout of the projection GEMM.
-  void pack(T* W, const Params& p) const {
+  // Φᵀ = [Φpre | Φpost | Φres]ᵀ (M × nd): the projections' weights as rows, for both GEMMs and the fused backward.
+  void pack(T* WT, const Params& p) const {
     const int n = n_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < nd_; ++r) {
-      T* row = W + (size_t)r * M_;
-      for (int k = 0; k < n; ++k) { row[k] = p.phi_pre[(size_t)r * n + k]; row[n + k] = p.phi_post[(size_t)r * n + k]; }
-      for (int k = 0; k < n * n; ++k) row[2 * n + k] = p.phi_res[(size_t)r * n * n + k];
+      for (int k = 0; k < n; ++k) {
+        WT[(size_t)k * nd_ + r] = p.phi_pre[(size_t)r * n + k];
+        WT[(size_t)(n + k) * nd_ + r] = p.phi_post[(size_t)r * n + k];
+      }
+      for (int k = 0; k < n * n; ++k) WT[(size_t)(2 * n + k) * nd_ + r] = p.phi_res[(size_t)r * n * n + k];
     }
   }
-  void unpack_add(const Params& g, const T* dW) const {
+  void unpack_add(const Params& g, const T* dWT) const {
     const int n = n_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < nd_; ++r) {
-      const T* row = dW + (size_t)r * M_;
-      for (int k = 0; k < n; ++k) { g.phi_pre[(size_t)r * n + k] += row[k]; g.phi_post[(size_t)r * n + k] += row[n + k]; }
-      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += row[2 * n + k];
+      for (int k = 0; k < n; ++k) {
+        g.phi_pre[(size_t)r * n + k] += dWT[(size_t)k * nd_ + r];
+        g.phi_post[(size_t)r * n + k] += dWT[(size_t)(n + k) * nd_ + r];
+      }
+      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += dWT[(size_t)(2 * n + k) * nd_ + r];
     }
   }
 
