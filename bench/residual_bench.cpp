@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     Rng rng(1);
     for (const auto& s : reg.specs())
       for (size_t i = 0; i < s.numel; ++i)
-        params[s.offset + i] = s.init == Init::Values ? float(s.values[i]) : float(s.init_value + 0.01 * rng.normal());
+        params[s.offset + i] = s.init == Init::Values ? float(s.init_values[i]) : float(s.init_value + 0.01 * rng.normal());
     Arena arena;
     auto st = R->make_state();
     R->plan(arena, *st, N, true);
