@@ -35,6 +35,38 @@ void rms_inverse(Real* inv_rms, const Real* x, int N, int C) {
   }
 }
 
+namespace depth_detail {
+// out[r] = a·(rows[r] + off) for r < R, four candidates at a time: a's loads are shared and the four
+// accumulator chains are independent (a single dot is bound by its FMA chain's latency).
+template <class Real>
+void row_dots(Real* out, const Real* a, const Real* const* rows, size_t off, int R, int C) {
+  constexpr int W = 64 / sizeof(Real);  // one 512-bit vector
+  for (int r = 0; r < R; r += 4) {
+    const int m = std::min(4, R - r);
+    const Real* b[4];
+    for (int k = 0; k < 4; ++k) b[k] = rows[r + std::min(k, m - 1)] + off;
+    Real acc[4][W] = {};
+    int c = 0;
+    for (; c + W <= C; c += W) {
+#pragma omp simd
+      for (int j = 0; j < W; ++j) {
+        const Real x = a[c + j];
+        acc[0][j] += x * b[0][c + j];
+        acc[1][j] += x * b[1][c + j];
+        acc[2][j] += x * b[2][c + j];
+        acc[3][j] += x * b[3][c + j];
+      }
+    }
+    for (int k = 0; k < m; ++k) {
+      Real sum = 0;
+      for (int j = 0; j < W; ++j) sum += acc[k][j];
+      for (int cc = c; cc < C; ++cc) sum += a[cc] * b[k][cc];
+      out[r + k] = sum;
+    }
+  }
+}
+}  // namespace depth_detail
+
 // out (N,C); weights a (N,R), saved for the backward; keys, values: R pointers to (N,C);
 // key_inv_rms: R pointers to (N); w (C). R >= 1.
 template <class Real>
@@ -45,12 +77,9 @@ void depth_attention_forward(Real* out, Real* weights, const Real* const* keys, 
     Real* a = weights + (size_t)i * R;
     const size_t row = (size_t)i * C;
     Real mx = -INFINITY;
+    depth_detail::row_dots(a, w, keys, row, R, C);
     for (int r = 0; r < R; ++r) {
-      const Real* k = keys[r] + row;
-      Real s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int c = 0; c < C; ++c) s += w[c] * k[c];
-      a[r] = s * key_inv_rms[r][i];
+      a[r] *= key_inv_rms[r][i];
       mx = std::max(mx, a[r]);
     }
     Real z = 0;
@@ -58,14 +87,18 @@ void depth_attention_forward(Real* out, Real* weights, const Real* const* keys, 
     const Real inv_z = Real(1) / z;
     for (int r = 0; r < R; ++r) a[r] *= inv_z;
     Real* y = out + row;
-    const Real* v0 = values[0] + row;
+    for (int r = 0; r < R; r += 4) {  // y = Σ_r a_r V_r, four candidates per pass over y
+      const int m = std::min(4, R - r);
+      const Real* v[4];
+      Real c4[4];
+      for (int k = 0; k < 4; ++k) {
+        v[k] = values[r + std::min(k, m - 1)] + row;
+        c4[k] = k < m ? a[r + k] : Real(0);
+      }
+      const bool first = r == 0;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) y[c] = a[0] * v0[c];
-    for (int r = 1; r < R; ++r) {
-      const Real* v = values[r] + row;
-      const Real ar = a[r];
-#pragma omp simd
-      for (int c = 0; c < C; ++c) y[c] += ar * v[c];
+      for (int c = 0; c < C; ++c)
+        y[c] = (first ? Real(0) : y[c]) + c4[0] * v[0][c] + c4[1] * v[1][c] + c4[2] * v[2][c] + c4[3] * v[3][c];
     }
   }
 }
@@ -95,14 +128,11 @@ void depth_attention_backward(Real* const* dkeys, Real* const* dvalues, Real* dw
       const size_t row = (size_t)i * C;
       const Real* dy = dout + row;
       Real mean_e = 0;
-      for (int r = 0; r < R; ++r) {
-        const Real* v = values[r] + row;
-        Real e = 0;
-#pragma omp simd reduction(+ : e)
-        for (int c = 0; c < C; ++c) e += dy[c] * v[c];
-        g[r] = e;
-        mean_e += a[r] * e;  // = dout·out
-      }
+      depth_detail::row_dots(g, dy, values, row, R, C);  // e_r = dout·V_r
+      for (int r = 0; r < R; ++r) mean_e += a[r] * g[r];  // = dout·out
+      Real wk[64];  // w·K_r, four at a time when the candidates are few (always, for L ≤ 31 with K = 1)
+      const bool few = R <= 64;
+      if (few) depth_detail::row_dots(wk, w, keys, row, R, C);
       for (int r = 0; r < R; ++r) {
         const Real ar = a[r];
         Real* dv = dvalues[r] + row;
@@ -113,8 +143,12 @@ void depth_attention_backward(Real* const* dkeys, Real* const* dvalues, Real* dw
         g[r] = ds * inv_rho;
         const Real* k = keys[r] + row;  // raw K_r; k_r = K_r/ρ_r
         Real s = 0;
+        if (few) {
+          s = wk[r];
+        } else {
 #pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; ++c) s += w[c] * k[c];
+          for (int c = 0; c < C; ++c) s += w[c] * k[c];
+        }
         // dK_r += (ds/ρ)(w − (s_r/C) k_r) with s_r = (w·K_r)/ρ and k_r = K_r/ρ.
         const Real coef = g[r] * (s * inv_rho) * inv_rho / Real(C);
         Real* dk = dkeys[r] + row;

@@ -120,15 +120,17 @@ class Hyper final : public Residual<T> {
   }
 
   T* embedding(ResidualState& rs) const override { return st(rs).e; }
-  void begin(ResidualState& rs, int N) const override { streams::expand(st(rs).X[0], st(rs).e, N, n_, C_); }
+  void begin(ResidualState& rs, int N) const override {
+    streams::expand(st(rs).X[0], st(rs).e, N, n_, C_);
+    kernels::rms_inverse(st(rs).rstd[1], st(rs).X[0], N * n_, C_);  // later 1/ρ come from write() (below)
+  }
 
   const T* read(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
     const Params& p = p_[l];
     const T* X = s.X[l - 1];
     T *rstd = s.rstd[l], *pre = s.pre[l], *tau = s.tau[l], *h = s.h[l];
-    kernels::rms_inverse(rstd, X, N * n_, C_);
-    pack(s.pack, p);
+    pack(s.pack, p);  // rstd = 1/ρ of each stream of X was computed when X was written
     gemm(false, true, N * n_, P_, C_, T(1), X, C_, s.pack, C_, T(0), pre, P_);
     const T s_alpha = *p.s_alpha;
 #pragma omp parallel for schedule(static)
@@ -149,6 +151,7 @@ class Hyper final : public Residual<T> {
     const Params& p = p_[l];
     const T *X = s.X[l - 1], *tau = s.tau[l], *o = s.o[l];
     T* Xn = s.X[l];
+    T* rstd_next = l < L2_ ? s.rstd[l + 1] : nullptr;  // sublayer l+1's 1/ρ, while the rows are in cache
     const T s_alpha = *p.s_alpha, s_beta = *p.s_beta;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
@@ -158,7 +161,9 @@ class Hyper final : public Residual<T> {
         T a[kMaxStreams];
         for (int r = 0; r < n_; ++r) a[r] = s_alpha * t[r * P_ + 2 + u] + p.a0[r * n_ + u];
         const T beta = s_beta * t[u * P_] + p.beta0[u];
-        streams::combine(Xn + ((size_t)i * n_ + u) * C_, a, X + (size_t)i * n_ * C_, C_, n_, C_, oi, beta);
+        T* row = Xn + ((size_t)i * n_ + u) * C_;
+        streams::combine(row, a, X + (size_t)i * n_ * C_, C_, n_, C_, oi, beta);
+        if (rstd_next) rstd_next[(size_t)i * n_ + u] = streams::inv_rms(row, C_);
       }
     }
   }

@@ -133,7 +133,10 @@ class Mhc final : public Residual<T> {
   }
 
   T* embedding(ResidualState& rs) const override { return st(rs).e; }
-  void begin(ResidualState& rs, int N) const override { streams::expand(st(rs).X[0], st(rs).e, N, n_, C_); }
+  void begin(ResidualState& rs, int N) const override {
+    streams::expand(st(rs).X[0], st(rs).e, N, n_, C_);
+    kernels::rms_inverse(st(rs).rstd[1], st(rs).X[0], N, nd_);  // later 1/ρ come from write() (below)
+  }
 
   const T* read(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
@@ -141,8 +144,7 @@ class Mhc final : public Residual<T> {
     const T* X = s.X[l - 1];
     T *rstd = s.rstd[l], *proj = s.proj[l], *H = s.H[l], *h = s.h[l];
     const int n = n_;
-    kernels::rms_inverse(rstd, X, N, nd_);
-    pack(s.pack, p);
+    pack(s.pack, p);  // rstd = 1/ρ of X was computed when X was written
     gemm(false, true, N, M_, nd_, T(1), X, nd_, s.pack, nd_, T(0), proj, M_);
     const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
     // Groups of G tokens: the Sinkhorn iterations run as SIMD across the group (kernels/sinkhorn.h).
@@ -179,6 +181,7 @@ class Mhc final : public Residual<T> {
     auto& s = st(rs);
     const T *X = s.X[l - 1], *H = s.H[l], *o = s.o[l];
     T* Xn = s.X[l];
+    T* rstd_next = l < L2_ ? s.rstd[l + 1] : nullptr;  // sublayer l+1's 1/ρ, while the row is in cache
     const int n = n_;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
@@ -186,6 +189,7 @@ class Mhc final : public Residual<T> {
       const T* oi = o + (size_t)i * C_;
       for (int s2 = 0; s2 < n; ++s2)  // X′_s = Σ_u Hres_su X_u + Hpost_s o
         streams::combine(Xn + (size_t)i * nd_ + (size_t)s2 * C_, Hi + 2 * n + s2 * n, X + (size_t)i * nd_, C_, n, C_, oi, Hi[n + s2]);
+      if (rstd_next) rstd_next[i] = streams::inv_rms(Xn + (size_t)i * nd_, nd_);
     }
   }
   const T* read_out(ResidualState& rs, int N) const override {

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 
 namespace attnlab::streams {
@@ -167,6 +168,16 @@ void combine(T* y, const T* coef, const T* X, size_t stride, int n, int C, const
       y[c] = v;
     }
   }
+}
+
+// 1/sqrt(mean(x²) + 1e-6) of one row (RMSNorm_ng, §0), serial: called per token inside the
+// kinds' parallel loops, right after the row is written, so the next sublayer's read needs no
+// separate pass over the state.
+template <class T>
+T inv_rms(const T* x, int C) {
+  T sq;
+  dots(&sq, x, x, 0, 1, C);
+  return T(1.0 / std::sqrt(double(sq) / C + 1e-6));
 }
 
 }  // namespace attnlab::streams
