@@ -175,8 +175,21 @@ void combine(T* y, const T* coef, const T* X, size_t stride, int n, int C, const
 // separate pass over the state.
 template <class T>
 T inv_rms(const T* x, int C) {
-  T sq;
-  dots(&sq, x, x, 0, 1, C);
+  constexpr int W = 64 / sizeof(T);
+  T acc[4][W] = {};  // four independent accumulator chains
+  int c = 0;
+  for (; c + 4 * W <= C; c += 4 * W)
+#pragma omp simd
+    for (int j = 0; j < W; ++j) {
+      acc[0][j] += x[c + j] * x[c + j];
+      acc[1][j] += x[c + W + j] * x[c + W + j];
+      acc[2][j] += x[c + 2 * W + j] * x[c + 2 * W + j];
+      acc[3][j] += x[c + 3 * W + j] * x[c + 3 * W + j];
+    }
+  T sq = 0;
+  for (; c < C; ++c) sq += x[c] * x[c];
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < W; ++j) sq += acc[k][j];
   return T(1.0 / std::sqrt(double(sq) / C + 1e-6));
 }
 
