@@ -1,6 +1,7 @@
 // `attnlab bench` (training-step timing on synthetic tokens) and `attnlab info` (sizes and memory).
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -20,7 +21,12 @@ struct BenchArgs {
   int steps = 20, warmup = 3, rounds = 3;
   bool json = false;
   std::vector<std::string> variants;  // "name:key=value;key=value" (empty after the colon: the base config)
+  bool cpu_time = false;              // time process CPU seconds instead of wall seconds
 };
+
+// Process CPU seconds: with OMP_NUM_THREADS=1 on a busy shared machine, a steadier measure of a
+// step's own work than wall time (which also measures the other processes).
+double cpu_seconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -48,13 +54,14 @@ struct BenchModel {
     for (size_t i = 0; i < in.size(); ++i) { in[i] = (int32_t)rng.below(V); tgt[i] = (int32_t)rng.below(V); }
   }
   size_t tokens() const { return (size_t)cfg.train.batch_size * cfg.model.seq_len * cfg.train.grad_accum; }
-  void step(bool timed) {
+  void step(bool timed, bool cpu_time) {
     Timer t;
+    const double c0 = cpu_seconds();
     model.zero_grad();
     for (int micro = 0; micro < cfg.train.grad_accum; ++micro)
       model.train_micro_step(in.data(), tgt.data(), 1.0f / float(tokens()));
     optimizer_step(model, m.as<float>(), v.as<float>(), cfg.train, 1e-4, ++step_count);
-    if (timed) times.push_back(t.seconds());
+    if (timed) times.push_back(cpu_time ? cpu_seconds() - c0 : t.seconds());
   }
 };
 
@@ -96,11 +103,11 @@ void run_bench(const BenchArgs& a) {
     }
   }
   for (auto& r : runs)
-    for (int i = 0; i < a.warmup; ++i) r->step(false);
+    for (int i = 0; i < a.warmup; ++i) r->step(false, a.cpu_time);
   const int rounds = a.variants.empty() ? 1 : a.rounds;
   for (int round = 0; round < rounds; ++round)
     for (auto& r : runs)
-      for (int i = 0; i < a.steps; ++i) r->step(true);
+      for (int i = 0; i < a.steps; ++i) r->step(true, a.cpu_time);
   const double base = median(runs[0]->times);
   nlohmann::json out = nlohmann::json::array();
   if (!a.json) {
@@ -119,7 +126,8 @@ void run_bench(const BenchArgs& a) {
       out.push_back({{"name", r->name}, {"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3},
                      {"ratio", med / base}, {"gflops", gflops}, {"flops_per_token", flops}, {"steps", r->times.size()},
                      {"threads", omp_threads()}, {"params", r->model.num_params()},
-                     {"activation_bytes", r->model.activation_bytes()}, {"config", r->cfg.to_json()}});
+                     {"activation_bytes", r->model.activation_bytes()},
+                     {"residual_activation_bytes", r->model.residual_activation_bytes()}, {"config", r->cfg.to_json()}});
     } else if (runs.size() == 1) {
       std::printf("median step %.1f ms over %d steps | %.0f tokens/s | %.1f GFLOP/s model FLOPs\n", med * 1e3, a.steps, tps,
                   gflops);
@@ -141,6 +149,9 @@ void run_info(const ConfigArgs& args) {
               model.num_params() * 4 / 1e6, model.num_params() * 16 / 1e6);
   std::printf("activation memory: %.2f MB for B=%d T=%d (%.1f KB per token)\n", model.activation_bytes() / 1e6, B, T,
               model.activation_bytes() / 1024.0 / (B * T));
+  // The residual kind's share: states, histories or streams, and their gradients (MECHANISMS.md §4.4, §5.4).
+  std::printf("  of which residual (%s): %.2f MB (%.1f KB per token)\n", model.residual().kind(),
+              model.residual_activation_bytes() / 1e6, model.residual_activation_bytes() / 1024.0 / (B * T));
   std::printf("training FLOPs per token: %.3g\n", training_flops_per_token(model, T));
 }
 
@@ -158,6 +169,7 @@ void register_bench(CLI::App& app) {
                     "NAME:key=value;key=value — time several configurations in one run, alternating (repeatable; "
                     "the first is the baseline of the ratios; 'NAME:' is the base configuration)");
     cmd->add_option("--rounds", a->rounds, "alternation rounds with --variant")->check(CLI::PositiveNumber);
+    cmd->add_flag("--cpu-time", a->cpu_time, "time process CPU seconds (use with OMP_NUM_THREADS=1 on a busy machine)");
     cmd->callback([a] { run_bench(*a); });
   }
   {
