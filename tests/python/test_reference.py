@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import zlib
 
 import numpy as np
 
@@ -917,7 +918,11 @@ def main(argv):
         for i, (name, overrides, T, B) in enumerate(CASES):
             with tempfile.TemporaryDirectory(prefix="attnlab_ref_") as workdir:
                 try:
-                    failures = run_case(R, binary, workdir, name, overrides, T, B, seed=1234 + i)
+                    # The seed follows the case's name, not its position, so adding cases does not
+                    # re-draw the others' weights (a near-cancelling scalar gradient such as mHC's
+                    # α_res can otherwise land below fp32 rounding on a new draw).
+                    failures = run_case(R, binary, workdir, name, overrides, T, B,
+                                        seed=1234 + zlib.crc32(name.encode()) % 100000)
                 except Exception as e:  # one broken case must not hide the others
                     expected = isinstance(e, (AssertionError, R.ReferenceError))
                     print(f"  FAIL {e}" if expected else traceback.format_exc())
