@@ -160,9 +160,9 @@ void goat_pack_forward(T* qkv, T* sink_slope, T* u, const T* qkvc, const GoatPar
 
 // Backward of the pack (§3.5). dqkvc: (B, Tq, compact_dim) WRITTEN; grads +=; dqkv: the attention
 // kernel's gradient (B, Tq, packed_dim); dsink_slope: [H] the kernel's gradient of the sink slope
-// (null without a sink); du: [Tq] scratch. Features and the constant lanes get no gradient.
+// (null without a sink); work: [2·Tq] scratch. Features and the constant lanes get no gradient.
 template <class T>
-void goat_pack_backward(T* dqkvc, const GoatGrads<T>& gr, T* du, const T* dqkv, const T* dsink_slope,
+void goat_pack_backward(T* dqkvc, const GoatGrads<T>& gr, T* work, const T* dqkv, const T* dsink_slope,
                         const GoatParams<T>& p, const GoatTables<T>& tab, const GoatShape& g, int B, int Tq,
                         int pos_offset) {
   check_goat(g, tab.max_pos, pos_offset + Tq - 1, "goat_pack_backward");
@@ -178,50 +178,52 @@ void goat_pack_backward(T* dqkvc, const GoatGrads<T>& gr, T* du, const T* dqkv, 
     for (int kv = 0; kv < Hkv; ++kv) std::copy(src + (H + kv) * Dh, src + (H + kv) * Dh + Dc, dst + (H + kv) * Dc);
     std::copy(src + (H + Hkv) * Dh, src + pdim, dst + (H + Hkv) * Dc);
   }
-  // Parameter gradients: small reductions over rows, in double, in a fixed order (deterministic).
+  // Parameter gradients: small reductions in double, in one pass over the rows in a fixed order
+  // (deterministic; the gradient buffer is read once, row by row).
+  // dA, dB from the q lanes (§3.5); the key lane U_κ(j) + softplus(ρ_κ)·t_j gets c_j, the column
+  // sum of dℓ over the group's queries, which the attention kernel already summed into dk.
+  constexpr int kMaxAB = 2048, kMaxKv = 256;
+  ATTNLAB_CHECK(Hkv * R <= kMaxAB && Hkv <= kMaxKv, "goat_pack_backward: H_kv·R above ", kMaxAB);
+  double dA[kMaxAB] = {}, dB[kMaxAB] = {}, dgain[kMaxKv] = {}, dbump[kMaxKv] = {}, drho[kMaxKv] = {};
+  T* u = work;        // [Tq] the key profile, recomputed (position-only, cheap)
+  T* du = work + Tq;  // [Tq] dL/du(j)
+  if (g.key_bias) goat_profile(u, p, tab, pos_offset, Tq);
   std::fill(du, du + Tq, T(0));
-  for (int kv = 0; kv < Hkv; ++kv) {
-    for (int r = 0; r < R; ++r) {
-      double dA = 0, dB = 0;
-      for (long row = 0; row < long(B) * Tq; ++row) {
-        const int t = pos_offset + int(row % Tq);
-        const double C = tab.cos[size_t(t) * R + r], S = tab.sin[size_t(t) * R + r];
-        for (int h = kv * G; h < (kv + 1) * G; ++h) {
-          const T* dq = dqkv + row * pdim + h * Dh;
-          const double d0 = dq[Dc + r], d1 = dq[Dc + R + r];
-          dA += d0 * C + d1 * S;
-          dB += d0 * S - d1 * C;
-        }
+  for (long row = 0; row < long(B) * Tq; ++row) {
+    const int j = int(row % Tq), t = pos_offset + j;
+    const T* C = &tab.cos[size_t(t) * R];
+    const T* S = &tab.sin[size_t(t) * R];
+    const T* drow = dqkv + row * pdim;
+    for (int h = 0; h < H; ++h) {
+      const T* dq = drow + h * Dh + Dc;
+      double* a = dA + (h / G) * R;
+      double* b = dB + (h / G) * R;
+      for (int r = 0; r < R; ++r) {
+        const double d0 = dq[r], d1 = dq[R + r];
+        a[r] += d0 * C[r] + d1 * S[r];
+        b[r] += d0 * S[r] - d1 * C[r];
       }
-      gr.A[kv * R + r] += T(dA);
-      gr.B[kv * R + r] += T(dB);
     }
     if (!g.key_bias) continue;
-    // The key lane U_κ(j) + softplus(ρ_κ)·t_j: its gradient c_j is the column sum of dℓ over the
-    // group's queries, already summed by the attention kernel into dk.
-    double dbump = 0, drho = 0;
-    for (long row = 0; row < long(B) * Tq; ++row) {
-      const int j = int(row % Tq), t = pos_offset + j;
-      const double c = dqkv[row * pdim + (H + kv) * Dh + Dc + 2 * R];
-      drho += c * t;
-      if (t == 0) dbump += c;
-      du[j] += T(double(p.gain[kv]) * c);
+    double dui = 0;
+    for (int kv = 0; kv < Hkv; ++kv) {
+      const double c = drow[(H + kv) * Dh + Dc + 2 * R];
+      dgain[kv] += c * double(u[j]);
+      drho[kv] += c * t;
+      if (t == 0) dbump[kv] += c;
+      dui += double(p.gain[kv]) * c;
     }
-    // dg_κ = Σ c_j u(j) needs u: recomputed (cheap, position-only) into a small stack buffer chunk-wise.
-    double acc = 0;
-    for (int j0 = 0; j0 < Tq; j0 += 256) {
-      T ubuf[256];
-      const int n = std::min(256, Tq - j0);
-      goat_profile(ubuf, p, tab, pos_offset + j0, n);
-      for (int b = 0; b < B; ++b)
-        for (int j = 0; j < n; ++j) acc += double(dqkv[(long(b) * Tq + j0 + j) * pdim + (H + kv) * Dh + Dc + 2 * R]) * ubuf[j];
-    }
-    if (dsink_slope)
-      for (int h = kv * G; h < (kv + 1) * G; ++h) drho += double(dsink_slope[h]);
-    gr.gain[kv] += T(acc);
-    gr.bump[kv] += T(dbump);
-    gr.rho[kv] += T(goat_sigmoid(double(p.rho[kv])) * drho);
+    du[j] += T(dui);
   }
+  for (int i = 0; i < Hkv * R; ++i) gr.A[i] += T(dA[i]), gr.B[i] += T(dB[i]);
+  if (g.key_bias)
+    for (int kv = 0; kv < Hkv; ++kv) {
+      if (dsink_slope)  // the sink logit's slope is softplus(ρ_κ) too
+        for (int h = kv * G; h < (kv + 1) * G; ++h) drho[kv] += double(dsink_slope[h]);
+      gr.gain[kv] += T(dgain[kv]);
+      gr.bump[kv] += T(dbump[kv]);
+      gr.rho[kv] += T(goat_sigmoid(double(p.rho[kv])) * drho[kv]);
+    }
   if (!g.key_bias) return;
   // The shared MLP: du(j) = Σ_b Σ_κ g_κ c^κ_j (accumulated above), then §3.5's chain.
   double dW1[kGoatHidden * 64] = {}, db1[kGoatHidden] = {}, dw2[kGoatHidden] = {}, db2 = 0;

@@ -316,6 +316,9 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
       fail(where("attn.goat.pos_rank"), ": GOAT needs a content dimension D_h − (2·pos_rank + key_bias) >= 1, but D_h = ",
            m.head_dim(), " and 2·", g.pos_rank, " + ", g.key_bias ? 1 : 0, " = ", g.prior_lanes(),
            "; use wider heads (fewer model.n_head) or a smaller attn.goat.pos_rank");
+    if (m.kv_heads > 256 || m.kv_heads * g.pos_rank > 2048)
+      fail(where("attn.goat.pos_rank"), ": GOAT supports at most 256 KV heads and kv_heads·pos_rank <= 2048 (got ", m.kv_heads,
+           "·", g.pos_rank, ")");
     const bool all = g.layers.empty() || (int)g.layers.size() == m.n_layer;
     if (!all && g.other_pos == "rope" && m.head_dim() % 2 != 0)
       fail(where("attn.goat.other_pos"), ": attn.goat.other_pos = rope needs an even head dimension, but it is ", m.head_dim());

@@ -241,7 +241,7 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
     }
     if (any_goat_) {
       ws.qkvc = arena.template take<T>(N * goat_shape_.compact_dim());
-      ws.goat_u = arena.template take<T>(seq);
+      ws.goat_u = arena.template take<T>(2 * (size_t)seq);  // forward: u; backward: u and du
     }
     ws.dslope = arena.template take<T>(H);
     ws.dgamma = arena.template take<T>(H);

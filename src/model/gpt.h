@@ -92,7 +92,7 @@ class GPT {
     // backward scratch (training only)
     T *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dfc = nullptr, *dact = nullptr;
     T* qkvc = nullptr;  // GOAT: the compact projection before packing (forward) / its gradient (backward)
-    T *goat_u = nullptr, *dslope = nullptr, *dgamma = nullptr;  // [seq], [H], [H] scratch
+    T *goat_u = nullptr, *dslope = nullptr, *dgamma = nullptr;  // [2·seq], [H], [H] scratch
     T* ce_scratch = nullptr;
     int ce_chunk = 0;
   };

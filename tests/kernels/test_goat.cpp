@@ -246,7 +246,7 @@ void expect_goat_gradients(const FdCase& c) {
   Layer<double> grad = L;  // same shapes, zeroed
   for (auto* v : {&grad.A, &grad.B, &grad.W1, &grad.b1, &grad.w2, &grad.b2, &grad.gain, &grad.bump, &grad.rho})
     std::fill(v->begin(), v->end(), 0.0);
-  std::vector<double> dqkvc(qkvc.size()), du(c.T);
+  std::vector<double> dqkvc(qkvc.size()), du(2 * c.T);
   GoatGrads<double> gr{grad.A.data(), grad.B.data(), grad.W1.data(), grad.b1.data(), grad.w2.data(), grad.b2.data(),
                        grad.gain.data(), grad.bump.data(), grad.rho.data()};
   goat_pack_backward(dqkvc.data(), gr, du.data(), dpacked.data(), c.sink ? dslope.data() : nullptr, L.params(), tab, g, c.B,
@@ -298,7 +298,7 @@ TEST(Goat, LaneFormulaOfDaEqualsSumOverLogitGradients) {
   double* dq = dpacked.data();
   attention_backward(dq, dq + g.H * g.Dh, dq + (g.H + g.Hkv) * g.Dh, (double*)nullptr, w.data(), out.data(), lse.data(), q,
                      q + g.H * g.Dh, q + (g.H + g.Hkv) * g.Dh, (const double*)nullptr, 1.0, s);
-  std::vector<double> dA(g.R, 0.0), dB(g.R, 0.0), zero(64, 0.0), dqkvc(qkvc.size()), du(T_);
+  std::vector<double> dA(g.R, 0.0), dB(g.R, 0.0), zero(64, 0.0), dqkvc(qkvc.size()), du(2 * T_);
   GoatGrads<double> gr{dA.data(), dB.data(), zero.data(), zero.data(), zero.data(), zero.data(), zero.data(), zero.data(),
                        zero.data()};
   goat_pack_backward(dqkvc.data(), gr, du.data(), dpacked.data(), (const double*)nullptr, L.params(), tab, g, 1, T_, 0);
