@@ -136,6 +136,23 @@ std::vector<KeyDef> make_keys() {
   add_float("attn.sink.init", [](Config& c) -> double& { return c.attn.sink_init; }, -1e6, 1e6,
             [](const Config& c) { return c.attn.sink == "learned"; }, "attn.sink is not learned");
 
+  // Residual kinds (§7.2). dar is specified but not built yet: rejected below with a message that says so.
+  add_choice("residual.kind", [](Config& c) -> std::string& { return c.residual.kind; }, {"standard", "attnres", "hyper", "mhc", "dar"});
+  add_int("residual.block_size", [](Config& c) -> int& { return c.residual.block_size; }, 1, 1 << 20,
+          [](const Config& c) { return c.residual.blocks_kind(); }, "residual.kind is neither attnres nor dar");
+  add_int("residual.streams", [](Config& c) -> int& { return c.residual.streams; }, 2, 64,
+          [](const Config& c) { return c.residual.streams_kind(); }, "residual.kind is neither hyper nor mhc");
+  add_float("residual.hc.scale_init", [](Config& c) -> double& { return c.residual.hc_scale_init; }, -1e3, 1e3,
+            [](const Config& c) { return c.residual.kind == "hyper"; }, "residual.kind is not hyper");
+  const auto mhc = [](const Config& c) { return c.residual.kind == "mhc"; };
+  const std::string not_mhc = "residual.kind is not mhc";
+  add_int("residual.mhc.sinkhorn_iters", [](Config& c) -> int& { return c.residual.mhc_sinkhorn_iters; }, 1, 1000, mhc, not_mhc);
+  add_float("residual.mhc.alpha_init", [](Config& c) -> double& { return c.residual.mhc_alpha_init; }, -1e3, 1e3, mhc, not_mhc);
+  add_choice("residual.mhc.phi_init", [](Config& c) -> std::string& { return c.residual.mhc_phi_init; }, {"zero", "normal"}, mhc, not_mhc);
+  // Open intervals (0, 1): the init logits are log-odds of these (§5.3), infinite at the ends (checked below).
+  add_float("residual.mhc.home_weight", [](Config& c) -> double& { return c.residual.mhc_home_weight; }, 0.0, 1.0, mhc, not_mhc);
+  add_float("residual.mhc.res_diag", [](Config& c) -> double& { return c.residual.mhc_res_diag; }, 0.0, 1.0, mhc, not_mhc);
+
   add_int("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, 1, 1 << 16);
   add_int("train.grad_accum", [](Config& c) -> int& { return c.train.grad_accum; }, 1, 1 << 16);
   add_int("train.steps", [](Config& c) -> int& { return c.train.steps; }, 0, big);
@@ -174,7 +191,7 @@ const std::vector<KeyDef>& keys() {
 // Keys of the spec (§7.2) whose mechanisms this version does not implement yet: naming them is an
 // error that says so, rather than an "unknown key" (or, worse, silently ignoring them).
 bool is_future_key(const std::string& key) {
-  for (const char* p : {"attn.xsa", "attn.goat.", "residual.", "dar."})
+  for (const char* p : {"attn.xsa", "attn.goat.", "dar."})
     if (key.rfind(p, 0) == 0) return true;
   return false;
 }
@@ -256,6 +273,15 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
     fail(where("attn.pos"), ": attn.pos = rope needs an even head dimension, but model.d_model / model.n_head = ", m.head_dim());
   if (c.attn.pos == "goat")
     fail(where("attn.pos"), ": attn.pos = goat is specified (MECHANISMS.md §3) but not implemented in attnlab 0.1 yet; use none, learned, rope or alibi");
+  ResidualConfig& r = c.residual;
+  if (r.kind == "dar")
+    fail(where("residual.kind"), ": residual.kind = dar is specified (MECHANISMS.md §6) but not implemented in attnlab 0.1 yet; ",
+         "use standard, attnres, hyper or mhc");
+  if (r.block_size == 0) r.block_size = r.kind == "dar" ? 2 : 1;  // §7.2 defaults (unused by the other kinds)
+  for (const char* key : {"residual.mhc.home_weight", "residual.mhc.res_diag"}) {
+    const double v = std::string(key) == "residual.mhc.home_weight" ? r.mhc_home_weight : r.mhc_res_diag;
+    if (!(v > 0 && v < 1)) fail(where(key), ": ", key, " = ", v, ": expected a number strictly between 0 and 1");
+  }
   if (m.mlp_hidden == 0) m.mlp_hidden = m.mlp == "gelu" ? 4 * m.d_model : 64 * ((8 * m.d_model + 191) / 192);
   if (c.train.warmup > c.train.steps && c.train.steps > 0)
     fail(where("train.warmup"), ": train.warmup = ", c.train.warmup, " exceeds train.steps = ", c.train.steps);

@@ -33,6 +33,21 @@ struct AttentionConfig {
   double sink_init = 0.0;
 };
 
+// The residual connection around every sublayer (MECHANISMS.md §4, §5, §6; keys §7.2).
+struct ResidualConfig {
+  std::string kind = "standard";  // standard | attnres | hyper | mhc | dar
+  int block_size = 0;             // sublayers per depth block; resolved: 1 for attnres, 2 for dar
+  int streams = 4;                // n parallel streams (hyper, mhc), >= 2
+  double hc_scale_init = 0.01;    // HC: s_alpha and s_beta at init (§5.2)
+  int mhc_sinkhorn_iters = 20;    // mHC: Sinkhorn-Knopp iterations (§5.3)
+  double mhc_alpha_init = 0.01;   // mHC: alpha_pre, alpha_post, alpha_res at init
+  std::string mhc_phi_init = "zero";  // mHC: zero | normal (N(0, 0.02^2))
+  double mhc_home_weight = 0.9;   // mHC: Hpre on the home stream at init (the rest share 1 - it)
+  double mhc_res_diag = 0.9;      // mHC: diagonal of Hres at init (off-diagonal share 1 - it)
+  bool streams_kind() const { return kind == "hyper" || kind == "mhc"; }
+  bool blocks_kind() const { return kind == "attnres" || kind == "dar"; }
+};
+
 struct TrainConfig {
   int batch_size = 16;        // sequences per micro-batch (B)
   int grad_accum = 1;         // micro-batches per optimizer step
@@ -61,6 +76,7 @@ struct DataConfig {
 struct Config {
   ModelConfig model;
   AttentionConfig attn;
+  ResidualConfig residual;
   TrainConfig train;
   DataConfig data;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/gemm.h"
@@ -19,6 +20,88 @@ template <class T>
 T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
 
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+// ---------------------------------------------------------------------------------------------
+// The depth-attention primitive (kernels/depth_attention.h, §4.1) in row form: DAR reads for two
+// targets and mixes them in one pass over the rows, and forms each candidate's gradient from both
+// targets at once (see depth_read_backward), so it needs the per-row pieces rather than the whole-
+// matrix kernel. The kernel's naive reference checks the same formulas (tests/kernels), and
+// tests/test_dar.cpp checks these against a literal §6.2 transcription and finite differences.
+
+// 1/ρ of one row x (C): the key normalisation of §4.1 (RMSNorm_ng, no gain).
+template <class Real>
+inline Real depth_key_inv_rms_row(const Real* x, int C) {
+  Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int c = 0; c < C; ++c) sq += x[c] * x[c];
+  return Real(1.0 / std::sqrt(double(sq) / C + kernels::kDepthKeyEps));
+}
+
+// Row i of the forward, part 1: a (Nc) = softmax_r(w·K_r[i]/ρ_r[i]), max-subtracted (§6.5 numerics).
+// keys[r] (N,C), key_inv_rms[r] (N), w (C).
+template <class Real>
+inline void depth_softmax_row(Real* a, const Real* const* keys, const Real* const* key_inv_rms, const Real* w, size_t i,
+                              int Nc, int C) {
+  Real mx = -std::numeric_limits<Real>::infinity();
+  for (int r = 0; r < Nc; ++r) {
+    const Real* k = keys[r] + i * C;
+    Real s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; ++c) s += w[c] * k[c];
+    a[r] = s * key_inv_rms[r][i];
+    mx = std::max(mx, a[r]);
+  }
+  Real z = 0;
+  for (int r = 0; r < Nc; ++r) {
+    a[r] = std::exp(a[r] - mx);
+    z += a[r];
+  }
+  const Real inv_z = Real(1) / z;
+  for (int r = 0; r < Nc; ++r) a[r] *= inv_z;
+}
+
+// Row i of the forward, part 2: out (C) = Σ_r a_r V_r[i]. values[r] (N,C).
+template <class Real>
+inline void depth_values_row(Real* out, const Real* a, const Real* const* values, size_t i, int Nc, int C) {
+  const Real* v0 = values[0] + i * C;
+  const Real a0 = a[0];
+#pragma omp simd
+  for (int c = 0; c < C; ++c) out[c] = a0 * v0[c];
+  for (int r = 1; r < Nc; ++r) {
+    const Real* v = values[r] + i * C;
+    const Real ar = a[r];
+#pragma omp simd
+    for (int c = 0; c < C; ++c) out[c] += ar * v[c];
+  }
+}
+
+// Row i of the backward: the per-candidate coefficients of the key path.
+//   dsn_r = ds_r/ρ_r   (so dw += Σ_r dsn_r K_r and dK_r += dsn_r w − key_coef_r K_r)
+//   key_coef_r = dsn_r (s_r/C)/ρ_r
+// dout, out (C) = dR̄, R̄ of this row; a (Nc) the saved weights; keys/values as in the forward.
+template <class Real>
+inline void depth_score_grads_row(Real* dsn, Real* key_coef, const Real* dout, const Real* out, const Real* a,
+                                  const Real* const* keys, const Real* const* key_inv_rms, const Real* const* values,
+                                  const Real* w, size_t i, int Nc, int C) {
+  Real D = 0;
+#pragma omp simd reduction(+ : D)
+  for (int c = 0; c < C; ++c) D += dout[c] * out[c];
+  for (int r = 0; r < Nc; ++r) {
+    const Real* k = keys[r] + i * C;
+    const Real* v = values[r] + i * C;
+    Real e = 0, s = 0;
+#pragma omp simd reduction(+ : e, s)
+    for (int c = 0; c < C; ++c) {
+      e += dout[c] * v[c];
+      s += w[c] * k[c];
+    }
+    const Real inv = key_inv_rms[r][i];
+    s *= inv;
+    const Real ds = a[r] * (e - D);
+    dsn[r] = ds * inv;
+    key_coef[r] = dsn[r] * (s / Real(C)) * inv;
+  }
+}
 }  // namespace
 
 DarRouting parse_dar_routing(const std::string& name) {
@@ -262,7 +345,7 @@ void Dar<T>::begin(int N) {
   ATTNLAB_CHECK(!slots_[1].keys[0].empty(), "Dar::plan() before begin()");
   ATTNLAB_CHECK(N >= 1 && N <= cap_rows_, "rows ", N, " exceed the planned ", cap_rows_);
   rows_ = N;
-  kernels::depth_key_inv_rms(e_inv_, e_, N, C_);
+  kernels::rms_inverse(e_inv_, e_, N, C_);
   compute_coefficients();
 }
 
@@ -276,8 +359,8 @@ void Dar<T>::depth_read(Slot& q) {
     const size_t row = (size_t)i * C;
     for (int j = 0; j < 2; ++j) {
       T* a = q.a[j] + (size_t)i * Nc;
-      kernels::depth_softmax_row(a, q.keys[j].data(), q.key_inv[j].data(), q.w[j], (size_t)i, Nc, C);
-      kernels::depth_values_row(q.Rbar[j] + row, a, q.values[j].data(), (size_t)i, Nc, C);
+      depth_softmax_row(a, q.keys[j].data(), q.key_inv[j].data(), q.w[j], (size_t)i, Nc, C);
+      depth_values_row(q.Rbar[j] + row, a, q.values[j].data(), (size_t)i, Nc, C);
     }
     if (!sep_v) {
       const T *r0 = q.R[0] + row, *r1 = q.R[1] + row;
@@ -329,7 +412,7 @@ void Dar<T>::write(int l, int N) {
 #pragma omp simd
         for (int c = 0; c < C; ++c) P[c] = beta[c] * o[c];
       }
-      q.S_inv[s][i] = kernels::depth_key_inv_rms_row(P, C);
+      q.S_inv[s][i] = depth_key_inv_rms_row(P, C);
     }
   }
 }
@@ -394,7 +477,7 @@ void Dar<T>::depth_read_backward(Slot& q, const T* dx, bool assign) {
           for (int c = 0; c < C; ++c) tmp[j][c] = coef[j][c] * dxr[c];
           dRb[j] = tmp[j];
         }
-        kernels::depth_score_grads_row(dsn[j], kc[j], dRb[j], q.Rbar[j] + row, q.a[j] + (size_t)i * Nc,
+        depth_score_grads_row(dsn[j], kc[j], dRb[j], q.Rbar[j] + row, q.a[j] + (size_t)i * Nc,
                                        q.keys[j].data(), q.key_inv[j].data(), q.values[j].data(), q.w[j], (size_t)i,
                                        Nc, C);
         for (int r = 0; r < Nc; ++r) {

@@ -16,12 +16,6 @@ namespace attnlab {
 
 namespace {
 constexpr int kCeChunkRows = kernels::lm_head_default_chunk_rows;  // chosen by bench/cross_entropy_bench
-
-template <class T>
-void add_inplace(T* y, const T* x, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) y[i] += x[i];
-}
 }  // namespace
 
 std::vector<double> alibi_slopes(int H) {
@@ -40,7 +34,7 @@ std::vector<double> alibi_slopes(int H) {
 }
 
 template <class T>
-GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
+GPT<T>::GPT(const Config& cfg) : cfg_(cfg), residual_(make_residual<T>(cfg_)) {
   const ModelConfig& m = cfg_.model;
   const int C = m.d_model, L = m.n_layer, V = m.vocab_size, H = m.n_head, Dh = m.head_dim();
   const double std0 = 0.02, std_out = 0.02 / std::sqrt(2.0 * L);
@@ -68,6 +62,7 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
     add_linear(b + "mlp.proj", m.mlp_hidden, C, std_out);
   }
   add_norm("ln_f");
+  residual_->register_params(reg_);
   reg_.finalize();
   params_ = Buffer(reg_.total() * sizeof(T));
   grads_ = Buffer(reg_.total() * sizeof(T));
@@ -75,6 +70,7 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg) {
   layer_grads_.resize(L);
   bind_layers(layer_params_.data(), params());
   bind_layers(layer_grads_.data(), grads());
+  residual_->bind(reg_, params(), grads());
   auto ptr = [&](T* base, const char* name) -> T* {
     const ParamSpec* s = reg_.find(name);
     return s ? base + s->offset : nullptr;
@@ -141,6 +137,7 @@ void GPT<T>::init_weights(uint64_t seed) {
         case Init::Zero: p[i] = T(0); break;
         case Init::One: p[i] = T(1); break;
         case Init::Constant: p[i] = T(s.init_value); break;
+        case Init::Values: p[i] = T(s.values[i]); break;
       }
     }
   }
@@ -159,8 +156,8 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
   // Two passes: the first counts (Arena returns nullptr), the second hands out real pointers.
   for (int pass = 0; pass < 2; ++pass) {
     ws.B = B; ws.seq = seq;
-    ws.res.assign(2 * L + 1, nullptr);
-    for (auto& r : ws.res) r = arena.template take<T>(N * C);
+    if (!ws.residual) ws.residual = residual_->make_state();
+    residual_->plan(arena, *ws.residual, N, training);
     ws.layers.assign(L, {});
     for (auto& l : ws.layers) {
       l.ln1 = arena.template take<T>(N * C);
@@ -181,7 +178,6 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
     ws.ce_chunk = (int)std::min<size_t>(kCeChunkRows, N);
     ws.ce_scratch = arena.template take<T>(kernels::lm_head_scratch_size(ws.ce_chunk, m.vocab_size));
     if (training) {
-      ws.dres = arena.template take<T>(N * C);
       ws.dln = arena.template take<T>(N * C);
       ws.dqkv = arena.template take<T>(N * m.qkv_dim());
       ws.datt = arena.template take<T>(N * H * m.head_dim());
@@ -230,12 +226,15 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
     if (inputs[i] < 0 || inputs[i] >= V) fail("token id ", inputs[i], " at position ", i, " is outside the vocabulary [0, ", V, ")");
   if (cfg_.attn.pos == "learned" && pos_offset + Tq > m.seq_len)
     fail("learned positions are undefined beyond model.seq_len = ", m.seq_len, " (asked for position ", pos_offset + Tq - 1, ")");
-  kernels::embedding_forward(ws.res[0], inputs, wte_, wpe_, B, Tq, C, pos_offset);
+  const Residual<T>& R = *residual_;
+  ResidualState& rs = *ws.residual;
+  kernels::embedding_forward(R.embedding(rs), inputs, wte_, wpe_, B, Tq, C, pos_offset);
+  R.begin(rs, N);
   const T scale = T(1) / std::sqrt(T(Dh));
   for (int l = 0; l < m.n_layer; ++l) {
     const LayerParams& p = layer_params_[l];
     auto& a = ws.layers[l];
-    T* x = ws.res[2 * l];
+    const T* x = R.read(rs, 2 * l + 1, N);
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
     kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, qkvC);
     if (cfg_.attn.pos == "rope") kernels::rope_forward(a.qkv, rope_, B, Tq, H + Hkv, Dh, qkvC, pos_offset);
@@ -264,18 +263,17 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       s.Tk = Tq; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC; s.pos_offset = 0;
     }
     kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, scale, s, alibi());
-    T* x1 = ws.res[2 * l + 1];
-    kernels::linear_forward(x1, a.att, p.proj_w, p.proj_b, N, H * Dh, C);
-    add_inplace(x1, x, (size_t)N * C);
+    kernels::linear_forward(R.branch(rs, 2 * l + 1), a.att, p.proj_w, p.proj_b, N, H * Dh, C);
+    R.write(rs, 2 * l + 1, N);
+    const T* x1 = R.read(rs, 2 * l + 2, N);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, x1, p.ln2_w, p.ln2_b, N);
     kernels::linear_forward(a.fc, a.ln2, p.fc_w, p.fc_b, N, C, fc_cols);
     if (m.mlp == "gelu") kernels::gelu_forward(a.act, a.fc, (size_t)N * hidden);
     else kernels::swiglu_forward(a.act, a.fc, N, hidden);
-    T* x2 = ws.res[2 * l + 2];
-    kernels::linear_forward(x2, a.act, p.mlp_proj_w, p.mlp_proj_b, N, hidden, C);
-    add_inplace(x2, x1, (size_t)N * C);
+    kernels::linear_forward(R.branch(rs, 2 * l + 2), a.act, p.mlp_proj_w, p.mlp_proj_b, N, hidden, C);
+    R.write(rs, 2 * l + 2, N);
   }
-  norm_forward(ws.lnf, ws.lnf_mean, ws.lnf_rstd, ws.res[2 * m.n_layer], lnf_w_, lnf_b_, N);
+  norm_forward(ws.lnf, ws.lnf_mean, ws.lnf_rstd, R.read_out(rs, N), lnf_w_, lnf_b_, N);
 }
 
 template <class T>
@@ -285,20 +283,25 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
   const int B = ws.B, Tq = ws.seq, N = B * Tq, C = m.d_model, H = m.n_head, Hkv = m.kv_heads, Dh = m.head_dim();
   const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
   const T scale = T(1) / std::sqrt(T(Dh));
-  std::memset(ws.dres, 0, sizeof(T) * N * C);
-  norm_backward(ws.dres, dlnf_w_, dlnf_b_, ws.dln, ws.res[2 * m.n_layer], lnf_w_, ws.lnf_mean, ws.lnf_rstd, N);
+  const Residual<T>& R = *residual_;
+  ResidualState& rs = *ws.residual;
+  norm_backward(R.read_out_grad(rs, N), dlnf_w_, dlnf_b_, ws.dln, R.final_input(rs), lnf_w_, ws.lnf_mean, ws.lnf_rstd, N);
+  R.read_out_backward(rs, N);
   for (int l = m.n_layer - 1; l >= 0; --l) {
     const LayerParams& p = layer_params_[l];
     const LayerParams& g = layer_grads_[l];
     auto& a = ws.layers[l];
-    // MLP sublayer: x2 = x1 + proj(act(fc(ln2(x1)))); the branch gradient is dres itself.
-    kernels::linear_backward(ws.dact, g.mlp_proj_w, g.mlp_proj_b, ws.dres, a.act, p.mlp_proj_w, N, hidden, C);
+    // MLP sublayer 2l+2: o = proj(act(fc(ln2(h)))); the residual hands out do and the dh accumulator.
+    kernels::linear_backward(ws.dact, g.mlp_proj_w, g.mlp_proj_b, R.branch_grad(rs, 2 * l + 2, N), a.act, p.mlp_proj_w, N,
+                             hidden, C);
     if (m.mlp == "gelu") kernels::gelu_backward(ws.dfc, ws.dact, a.fc, (size_t)N * hidden);
     else kernels::swiglu_backward(ws.dfc, ws.dact, a.fc, N, hidden);
     kernels::linear_backward(ws.dln, g.fc_w, g.fc_b, ws.dfc, a.ln2, p.fc_w, N, C, fc_cols);
-    norm_backward(ws.dres, g.ln2_w, g.ln2_b, ws.dln, ws.res[2 * l + 1], p.ln2_w, a.ln2_mean, a.ln2_rstd, N);
-    // Attention sublayer.
-    kernels::linear_backward(ws.datt, g.proj_w, g.proj_b, ws.dres, a.att, p.proj_w, N, H * Dh, C);
+    norm_backward(R.input_grad(rs, 2 * l + 2, N), g.ln2_w, g.ln2_b, ws.dln, R.input(rs, 2 * l + 2), p.ln2_w, a.ln2_mean,
+                  a.ln2_rstd, N);
+    R.read_backward(rs, 2 * l + 2, N);
+    // Attention sublayer 2l+1.
+    kernels::linear_backward(ws.datt, g.proj_w, g.proj_b, R.branch_grad(rs, 2 * l + 1, N), a.att, p.proj_w, N, H * Dh, C);
     kernels::AttentionShape s{};
     s.B = B; s.Tq = Tq; s.Tk = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC;
@@ -307,9 +310,11 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
                                 a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, scale, s, alibi());
     if (cfg_.attn.pos == "rope") kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);
     kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, p.qkv_w, N, C, qkvC);
-    norm_backward(ws.dres, g.ln1_w, g.ln1_b, ws.dln, ws.res[2 * l], p.ln1_w, a.ln1_mean, a.ln1_rstd, N);
+    norm_backward(R.input_grad(rs, 2 * l + 1, N), g.ln1_w, g.ln1_b, ws.dln, R.input(rs, 2 * l + 1), p.ln1_w, a.ln1_mean,
+                  a.ln1_rstd, N);
+    R.read_backward(rs, 2 * l + 1, N);
   }
-  kernels::embedding_backward(dwte_, dwpe_, ws.dres, inputs, B, Tq, C, 0);
+  kernels::embedding_backward(dwte_, dwpe_, R.embedding_grad(rs, N), inputs, B, Tq, C, 0);
 }
 
 template <class T>

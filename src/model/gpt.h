@@ -12,6 +12,7 @@
 #include "kernels/rope.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/residual/residual.h"
 
 namespace attnlab {
 
@@ -37,6 +38,9 @@ class GPT {
   int planned_B() const { return B_; }
   int planned_T() const { return T_; }
   size_t activation_bytes() const { return arena_.planned(); }
+  // The residual kind's share of activation_bytes() (its states, histories and their gradients).
+  size_t residual_activation_bytes() const { return ws_.residual ? ws_.residual->bytes : 0; }
+  const Residual<T>& residual() const { return *residual_; }
 
   // One micro-batch: forward, fused LM-head cross-entropy forward+backward, backward. Gradients
   // accumulate (+=) scaled by grad_scale (pass 1/(valid targets × grad_accum) for a mean).
@@ -67,7 +71,7 @@ class GPT {
   // Activations of one forward pass over (B, T) rows; inference and training each have one.
   struct Workspace {
     int B = 0, seq = 0;
-    std::vector<T*> res;  // 2L+1 residual states x_0..x_{2L}, (B,T,C)
+    std::unique_ptr<ResidualState> residual;  // the residual kind's states and gradients (residual.h)
     struct Layer {
       T *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
       T *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr, *fc = nullptr, *act = nullptr;
@@ -75,7 +79,7 @@ class GPT {
     std::vector<Layer> layers;
     T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
     // backward scratch (training only)
-    T *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dfc = nullptr, *dact = nullptr;
+    T *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dfc = nullptr, *dact = nullptr;
     T* ce_scratch = nullptr;
     int ce_chunk = 0;
   };
@@ -87,6 +91,7 @@ class GPT {
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd, int N) const;
 
   Config cfg_;
+  std::unique_ptr<Residual<T>> residual_;  // residual.kind: where each sublayer reads and writes
   ParamRegistry reg_;
   Buffer params_, grads_;
   std::vector<LayerParams> layer_params_, layer_grads_;

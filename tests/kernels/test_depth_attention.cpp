@@ -1,6 +1,7 @@
-// Depth attention (src/kernels/depth_attention.h, MECHANISMS.md §4.1): the fast kernels against the
-// naive references in float, every gradient (keys, values, query) against central finite differences
-// in double, and the primitive's invariants (zero query gives 1/N; keys invariant to positive scaling).
+// The depth-attention primitive (src/kernels/depth_attention.h, MECHANISMS.md §4.1): the float kernel
+// against the double naive reference, every gradient (keys, values, query) against central finite
+// differences in double (separate key and value lists as DAR uses them, and one shared list as AttnRes
+// does), and the invariants of §4.5: zero query → exact mean, keys invariant to positive scaling.
 #include <vector>
 
 #include "check.h"
@@ -12,143 +13,108 @@ using attnlab::test::dot;
 
 namespace {
 
-// Nc candidates of (N,C) with per-row scales spread over two decades, as residual entries have.
+// R candidates of (N, C) with different scales (the residual stream grows with depth) and the
+// pointer lists the kernel takes.
 template <class Real>
-std::vector<std::vector<Real>> candidates(int Nc, int N, int C, uint64_t seed) {
-  std::vector<std::vector<Real>> v;
-  for (int r = 0; r < Nc; ++r) {
-    auto x = test::random_vec<Real>((size_t)N * C, seed + r);
-    for (int i = 0; i < N; ++i)
-      for (int c = 0; c < C; ++c) x[(size_t)i * C + c] *= Real(0.1 + 0.5 * ((i + r) % 5));
-    v.push_back(x);
+struct Candidates {
+  std::vector<std::vector<Real>> data, inv_rms;
+  std::vector<const Real*> ptr, inv_ptr;
+  Candidates(int N, int R, int C, uint64_t seed) : data(R), inv_rms(R) {
+    for (int r = 0; r < R; ++r) {
+      data[r] = test::random_vec<Real>((size_t)N * C, seed + r, 0.5 + r);
+      inv_rms[r].resize(N);
+    }
+    refresh(N, C);
   }
-  return v;
-}
-
-template <class Real>
-std::vector<const Real*> ptrs(const std::vector<std::vector<Real>>& v) {
-  std::vector<const Real*> p;
-  for (auto& x : v) p.push_back(x.data());
-  return p;
-}
-
-template <class Real>
-std::vector<Real*> mut_ptrs(std::vector<std::vector<Real>>& v) {
-  std::vector<Real*> p;
-  for (auto& x : v) p.push_back(x.data());
-  return p;
-}
-
-template <class Real>
-std::vector<std::vector<Real>> inv_rms_of(const std::vector<std::vector<Real>>& keys, int N, int C) {
-  std::vector<std::vector<Real>> inv;
-  for (auto& k : keys) {
-    inv.emplace_back(N);
-    depth_key_inv_rms(inv.back().data(), k.data(), N, C);
+  void refresh(int N, int C) {
+    ptr.clear();
+    inv_ptr.clear();
+    for (size_t r = 0; r < data.size(); ++r) {
+      rms_inverse(inv_rms[r].data(), data[r].data(), N, C);
+      ptr.push_back(data[r].data());
+      inv_ptr.push_back(inv_rms[r].data());
+    }
   }
-  return inv;
-}
+};
 
 }  // namespace
 
-// Float kernels vs the double-accumulating references, keys ≠ values (DAR routing) and keys = values
-// (AttnRes, the same buffer passed as both gradients). Sums of ≲ C = 70 fp32 products plus a softmax of
-// O(1) logits: ~1e-6 relative; 2e-5 leaves margin, while a wrong index or a missing term gives O(1).
 TEST(DepthAttention, MatchesNaiveFloat) {
-  const int Nc = 5, N = 37, C = 70;
-  auto keys = candidates<float>(Nc, N, C, 10), values = candidates<float>(Nc, N, C, 20);
+  const int N = 37, R = 5, C = 48;
+  Candidates<float> k(N, R, C, 10), v(N, R, C, 20);
   auto w = test::random_vec<float>(C, 3, 0.5);
-  auto dout = test::random_vec<float>((size_t)N * C, 4);
-  for (bool shared : {false, true}) {
-    SCOPED_TRACE(shared ? "keys = values" : "keys != values");
-    const auto& vals = shared ? keys : values;
-    auto inv = inv_rms_of(keys, N, C);
-    std::vector<float> out((size_t)N * C, 7.0f), a((size_t)N * Nc, 7.0f), out_ref(out.size()), a_ref(a.size());
-    depth_attention_forward(out.data(), a.data(), ptrs(keys).data(), ptrs(inv).data(), ptrs(vals).data(), w.data(), Nc,
-                            N, C);
-    depth_attention_forward_naive(out_ref.data(), a_ref.data(), ptrs(keys).data(), ptrs(vals).data(), w.data(), Nc, N,
-                                  C);
-    EXPECT_LT(test::max_rel_diff(out, out_ref), 2e-5);
-    EXPECT_LT(test::max_rel_diff(a, a_ref), 2e-6);
-    // Gradients accumulate onto non-zero buffers.
-    auto dk = candidates<float>(Nc, N, C, 30), dv = candidates<float>(Nc, N, C, 40);
-    auto dk_ref = dk, dv_ref = dv;
-    auto dw = test::random_vec<float>(C, 5), dw_ref = dw;
-    std::vector<float> scratch((size_t)N * 2 * Nc);
-    auto dk_p = mut_ptrs(dk), dv_p = shared ? mut_ptrs(dk) : mut_ptrs(dv);
-    auto dk_ref_p = mut_ptrs(dk_ref), dv_ref_p = shared ? mut_ptrs(dk_ref) : mut_ptrs(dv_ref);
-    depth_attention_backward(dk_p.data(), dv_p.data(), dw.data(), scratch.data(), dout.data(), out.data(), a.data(),
-                             ptrs(keys).data(), ptrs(inv).data(), ptrs(vals).data(), w.data(), Nc, N, C);
-    depth_attention_backward_naive(dk_ref_p.data(), dv_ref_p.data(), dw_ref.data(), dout.data(), ptrs(keys).data(),
-                                   ptrs(vals).data(), w.data(), Nc, N, C);
-    for (int r = 0; r < Nc; ++r) {
-      EXPECT_LT(test::max_rel_diff(dk[r], dk_ref[r]), 2e-5) << "dkey " << r;
-      EXPECT_LT(test::max_rel_diff(dv[r], dv_ref[r]), 2e-5) << "dvalue " << r;
-    }
-    EXPECT_LT(test::max_rel_diff(dw, dw_ref), 2e-5);
-  }
+  std::vector<float> out((size_t)N * C), a((size_t)N * R), out_ref(out.size()), a_ref(a.size());
+  depth_attention_forward(out.data(), a.data(), k.ptr.data(), k.inv_ptr.data(), v.ptr.data(), w.data(), N, R, C);
+  depth_attention_forward_naive(out_ref.data(), a_ref.data(), k.ptr.data(), v.ptr.data(), w.data(), N, R, C);
+  // a few fp32 roundings in s (|s| ≲ 10) and exp: 1e-5 relative.
+  EXPECT_LT(test::max_rel_diff(a, a_ref), 1e-5);
+  EXPECT_LT(test::max_rel_diff(out, out_ref), 1e-5);
 }
 
-// Central differences in double of L = Σ g∘out with respect to every key, value and query entry.
-// The loss is smooth and O(1); h = 1e-6 gives truncation ~1e-12 and rounding ~1e-10: tol 1e-7.
-TEST(DepthAttention, GradientFiniteDifferences) {
-  const int Nc = 4, N = 3, C = 6;
-  auto keys = candidates<double>(Nc, N, C, 50), values = candidates<double>(Nc, N, C, 60);
-  auto w = test::random_vec<double>(C, 7);
-  auto g = test::random_vec<double>((size_t)N * C, 8);
+// Loss = <G, out>; FD of every key, value and query entry. shared = AttnRes (keys are the values).
+void check_gradients(bool shared) {
+  const int N = 4, R = 3, C = 8;
+  Candidates<double> k(N, R, C, 1), v(N, R, C, 30);
+  Candidates<double>& vals = shared ? k : v;
+  auto w = test::random_vec<double>(C, 2, 0.7);
+  const auto G = test::random_vec<double>((size_t)N * C, 3);
   auto loss = [&]() {
-    auto inv = inv_rms_of(keys, N, C);
-    std::vector<double> out((size_t)N * C), a((size_t)N * Nc);
-    depth_attention_forward(out.data(), a.data(), ptrs(keys).data(), ptrs(inv).data(), ptrs(values).data(), w.data(),
-                            Nc, N, C);
-    return dot(out, g);
+    k.refresh(N, C);
+    vals.refresh(N, C);
+    std::vector<double> out((size_t)N * C), a((size_t)N * R);
+    depth_attention_forward(out.data(), a.data(), k.ptr.data(), k.inv_ptr.data(), vals.ptr.data(), w.data(), N, R, C);
+    return dot(out, G);
   };
-  auto inv = inv_rms_of(keys, N, C);
-  std::vector<double> out((size_t)N * C), a((size_t)N * Nc), scratch((size_t)N * 2 * Nc), dw(C, 0.0);
-  depth_attention_forward(out.data(), a.data(), ptrs(keys).data(), ptrs(inv).data(), ptrs(values).data(), w.data(), Nc,
-                          N, C);
-  std::vector<std::vector<double>> dk(Nc, std::vector<double>((size_t)N * C)), dv = dk;
-  depth_attention_backward(mut_ptrs(dk).data(), mut_ptrs(dv).data(), dw.data(), scratch.data(), g.data(), out.data(),
-                           a.data(), ptrs(keys).data(), ptrs(inv).data(), ptrs(values).data(), w.data(), Nc, N, C);
-  for (int r = 0; r < Nc; ++r) {
-    test::expect_grad_close(dk[r], test::numeric_grad(keys[r], loss), 1e-7, "dkey");
-    test::expect_grad_close(dv[r], test::numeric_grad(values[r], loss), 1e-7, "dvalue");
+  loss();
+  std::vector<double> out((size_t)N * C), a((size_t)N * R), scratch((size_t)N * R), dw(C, 0.25);
+  depth_attention_forward(out.data(), a.data(), k.ptr.data(), k.inv_ptr.data(), vals.ptr.data(), w.data(), N, R, C);
+  std::vector<std::vector<double>> dk(R, std::vector<double>((size_t)N * C, 0.5)), dv(R, std::vector<double>((size_t)N * C, -1.0));
+  std::vector<double*> dk_ptr, dv_ptr;
+  for (int r = 0; r < R; ++r) {
+    dk_ptr.push_back(dk[r].data());
+    dv_ptr.push_back(shared ? dk[r].data() : dv[r].data());
   }
-  test::expect_grad_close(dw, test::numeric_grad(w, loss), 1e-7, "dw");
+  depth_attention_backward(dk_ptr.data(), dv_ptr.data(), dw.data(), scratch.data(), G.data(), a.data(), k.ptr.data(),
+                           k.inv_ptr.data(), vals.ptr.data(), w.data(), N, R, C);
+  for (int r = 0; r < R; ++r) {
+    // accumulation: subtract the initial 0.5 (keys) and −1 (values, separate lists only)
+    std::vector<double> gk = dk[r], gv = dv[r];
+    for (auto& x : gk) x -= 0.5;
+    for (auto& x : gv) x += 1.0;
+    test::expect_grad_close(gk, test::numeric_grad(k.data[r], loss), 1e-7, shared ? "shared candidate" : "key");
+    if (!shared) test::expect_grad_close(gv, test::numeric_grad(v.data[r], loss), 1e-7, "value");
+  }
+  for (auto& x : dw) x -= 0.25;
+  test::expect_grad_close(dw, test::numeric_grad(w, loss), 1e-7, "query");
 }
 
-// §4.5 / §6.7 invariant 7: w = 0 gives weights of exactly 1/N (every logit is 0, every exp is 1).
-TEST(DepthAttention, ZeroQueryGivesUniformWeights) {
-  const int N = 5, C = 16;
-  for (int Nc : {1, 3, 7}) {
-    auto keys = candidates<float>(Nc, N, C, 70);
-    auto inv = inv_rms_of(keys, N, C);
-    std::vector<float> w(C, 0.0f), out((size_t)N * C), a((size_t)N * Nc);
-    depth_attention_forward(out.data(), a.data(), ptrs(keys).data(), ptrs(inv).data(), ptrs(keys).data(), w.data(), Nc,
-                            N, C);
-    for (float x : a) EXPECT_EQ(x, 1.0f / float(Nc));
+TEST(DepthAttention, GradientsSeparateKeysAndValues) { check_gradients(false); }
+TEST(DepthAttention, GradientsSharedCandidates) { check_gradients(true); }
+
+TEST(DepthAttention, ZeroQueryIsExactMean) {
+  // §4.5: w = 0 makes every weight exactly 1/R (all scores 0, exp(0) = 1).
+  const int N = 5, R = 3, C = 16;
+  Candidates<float> c(N, R, C, 4);
+  std::vector<float> w(C, 0.0f), out((size_t)N * C), a((size_t)N * R);
+  depth_attention_forward(out.data(), a.data(), c.ptr.data(), c.inv_ptr.data(), c.ptr.data(), w.data(), N, R, C);
+  for (float x : a) EXPECT_EQ(x, 1.0f / 3.0f);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float mean = (c.data[0][i] + c.data[1][i] + c.data[2][i]) / 3.0f;
+    EXPECT_NEAR(out[i], mean, 1e-6f * (1 + std::abs(mean)));
   }
 }
 
-// §4.5 / §6.7 invariant 8: scaling the key sources by c > 0 leaves the weights unchanged up to ε = 1e-6
-// inside ρ. With the keys scaled to mean(K²) ≥ 1, ρ moves by ≤ ε/2 = 5e-7 relative, the logits
-// (|s| ≲ 3·sqrt(C) ≈ 17) by ≤ 1e-5 and each weight by at most half the logit spread: tol 5e-6.
-TEST(DepthAttention, KeysAreScaleInvariant) {
-  const int Nc = 4, N = 6, C = 32;
-  auto keys = candidates<double>(Nc, N, C, 80), values = candidates<double>(Nc, N, C, 90);
-  for (auto& k : keys)
-    for (auto& x : k) x *= 10.0;  // row scales 1..21: mean(K²) ≳ 1
-  auto w = test::random_vec<double>(C, 9);
-  std::vector<double> out((size_t)N * C), a((size_t)N * Nc), a_scaled = a;
-  auto run = [&](std::vector<double>& weights) {
-    auto inv = inv_rms_of(keys, N, C);
-    depth_attention_forward(out.data(), weights.data(), ptrs(keys).data(), ptrs(inv).data(), ptrs(values).data(),
-                            w.data(), Nc, N, C);
-  };
-  run(a);
-  for (int r = 0; r < Nc; ++r)
-    for (auto& x : keys[r]) x *= 3.0 + r;  // a different positive scale per candidate
-  run(a_scaled);
-  EXPECT_LT(test::max_abs_diff(a_scaled, a), 5e-6);
-  EXPECT_GT(test::max_abs_diff(a_scaled, a), 0.0);  // only up to ε: the test sees the ε term
+TEST(DepthAttention, KeysInvariantToPositiveScaling) {
+  // §4.5: scaling a key candidate by c > 0 leaves the weights unchanged up to ε: ε = 1e-6 moves the
+  // key by ~ε/(2·mean(x²)) ≈ 8e-8 relative for this candidate (scale 2.5), so |Δs|, |Δa| ≲ 1e-6.
+  const int N = 6, R = 4, C = 12;
+  Candidates<double> k(N, R, C, 5), v(N, R, C, 6);
+  auto w = test::random_vec<double>(C, 7);
+  std::vector<double> out((size_t)N * C), a((size_t)N * R), a2(a.size());
+  depth_attention_forward(out.data(), a.data(), k.ptr.data(), k.inv_ptr.data(), v.ptr.data(), w.data(), N, R, C);
+  for (auto& x : k.data[2]) x *= 7.0;
+  k.refresh(N, C);
+  depth_attention_forward(out.data(), a2.data(), k.ptr.data(), k.inv_ptr.data(), v.ptr.data(), w.data(), N, R, C);
+  EXPECT_LT(test::max_abs_diff(a2, a), 1e-6);
+  EXPECT_GT(test::max_abs_diff(a2, a), 0.0);  // but not bitwise: ε does act
 }

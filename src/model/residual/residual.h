@@ -1,0 +1,102 @@
+// The residual interface (MECHANISMS.md §1.1, §4, §5, §6, §7.1): every residual kind wraps the
+// same unchanged sublayers F_l(x) = f_l(Norm_l(x)), l = 1..2L (odd l: attention of layer (l−1)/2,
+// even l: its MLP). The transformer asks the residual where each sublayer reads its input from and
+// where it writes its output to, and never knows which kind runs.
+//
+// Forward of one pass over N = B·T rows (depth and stream mixing never cross positions, §7.1, so
+// the same calls serve training, evaluation and KV-cached chunks of any N up to the planned rows):
+//
+//   embedding_forward(r.embedding(s), ...)        e = x_0 is written straight into the residual
+//   r.begin(s, N)
+//   for l = 1..2L:
+//     h = r.read(s, l, N)                          the sublayer input h_l (N×d), saved for backward
+//     o = r.branch(s, l)                            F_l writes o_l (N×d) here ...
+//     ... F_l(h) into o ...
+//     r.write(s, l, N)                              ... and the residual folds it into its state
+//   x_f = r.read_out(s, N)                          the input of Norm_f (N×d)
+//
+// Backward, in reverse (gradients of inputs ACCUMULATE, like every norm_backward):
+//
+//   dx_f = r.read_out_grad(s, N)                   zeroed; Norm_f's backward accumulates into it
+//   r.read_out_backward(s, N)
+//   for l = 2L..1:
+//     do = r.branch_grad(s, l, N)                   dLoss/do_l (N×d), read-only
+//     dh = r.input_grad(s, l, N)                    F_l's backward accumulates dLoss/dh_l here, with
+//     ... F_l backward ...                          the saved input r.input(s, l); it must read all
+//     r.read_backward(s, l, N)                      of `do` before it first writes `dh` (they may alias)
+//   de = r.embedding_grad(s, N)                     dLoss/de for the embedding backward
+//
+// `standard` hands out the existing buffers (x_l is written in place over o_l, dh aliases do), so
+// it costs exactly what the plain pre-norm GPT costs. Parameters are registered by the kind, under
+// names `residual.{l}.<name>` (l = 1..2L) and `residual.final.<name>`, none weight-decayed (§0).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/arena.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace attnlab {
+
+// The activations of one residual kind for one workspace (training or inference): made by the
+// kind, laid out by plan(), handed back to every call. Kinds derive from it.
+struct ResidualState {
+  virtual ~ResidualState() = default;
+  size_t bytes = 0;  // arena bytes planned by the kind for this workspace (memory report)
+};
+
+template <class T>
+class Residual {
+ public:
+  virtual ~Residual() = default;
+  virtual const char* kind() const = 0;
+
+  // ---- parameters ----
+  // Adds the kind's tensors to the registry (called by GPT's constructor before finalize()).
+  virtual void register_params(ParamRegistry& reg) const = 0;
+  // Binds parameter and gradient pointers after the registry is finalized and the buffers exist.
+  virtual void bind(const ParamRegistry& reg, T* params, T* grads) = 0;
+
+  // ---- activations ----
+  virtual std::unique_ptr<ResidualState> make_state() const = 0;
+  // Takes the kind's buffers for up to `rows` rows from the arena. Called on both passes of the
+  // arena's two-pass planning (first counting, then taking); `training` adds the backward buffers.
+  virtual void plan(Arena& arena, ResidualState& s, size_t rows, bool training) const = 0;
+
+  // ---- forward ----
+  virtual T* embedding(ResidualState& s) const = 0;
+  virtual void begin(ResidualState& s, int N) const = 0;
+  virtual const T* read(ResidualState& s, int l, int N) const = 0;
+  virtual T* branch(ResidualState& s, int l) const = 0;
+  virtual void write(ResidualState& s, int l, int N) const = 0;
+  virtual const T* read_out(ResidualState& s, int N) const = 0;
+  // The saved values of the forward pass, for the backward of the norms.
+  virtual const T* input(const ResidualState& s, int l) const = 0;
+  virtual const T* final_input(const ResidualState& s) const = 0;
+
+  // ---- backward ----
+  virtual T* read_out_grad(ResidualState& s, int N) const = 0;
+  virtual void read_out_backward(ResidualState& s, int N) const = 0;
+  virtual const T* branch_grad(ResidualState& s, int l, int N) const = 0;
+  virtual T* input_grad(ResidualState& s, int l, int N) const = 0;
+  virtual void read_backward(ResidualState& s, int l, int N) const = 0;
+  virtual const T* embedding_grad(ResidualState& s, int N) const = 0;
+};
+
+// The residual kind of `cfg.residual.kind`.
+template <class T>
+std::unique_ptr<Residual<T>> make_residual(const Config& cfg);
+
+// One constructor per kind (one file each).
+template <class T> std::unique_ptr<Residual<T>> make_standard_residual(const Config& cfg);
+template <class T> std::unique_ptr<Residual<T>> make_attnres_residual(const Config& cfg);
+template <class T> std::unique_ptr<Residual<T>> make_hyper_residual(const Config& cfg);
+template <class T> std::unique_ptr<Residual<T>> make_mhc_residual(const Config& cfg);
+
+// Parameter name of sublayer l's tensor (`residual.{l}.name`) and of the read-out's.
+inline std::string residual_param(int l, const std::string& name) { return "residual." + std::to_string(l) + "." + name; }
+inline std::string residual_final_param(const std::string& name) { return "residual.final." + name; }
+
+}  // namespace attnlab
