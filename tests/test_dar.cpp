@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "core/rng.h"
-#include "model/dar.h"
+#include "model/residual/dar.h"
 
 using namespace attnlab;
 
@@ -62,16 +62,20 @@ struct Harness {
   T* g(const std::string& name) { return grads.data() + reg.find(name)->offset; }
   const ParamSpec& spec(const std::string& name) { return *reg.find(name); }
 
-  // §6.3 init (W_V = I), fake sublayers N(0, 1/C), embedding N(0, 1).
+  // The registry's init (§6.3 for DAR, W_V = I), fake sublayers N(0, 1/C), embedding N(0, 1).
   void init(uint64_t seed) {
     Rng rng(seed);
     for (const auto& s : reg.specs())
-      for (size_t i = 0; i < s.numel; ++i)
-        params[s.offset + i] = s.init == Init::Normal ? T(rng.normal() * s.init_value)
-                                                      : s.init == Init::Constant ? T(s.init_value) : T(0);
-    if (opt.sep_v)
-      for (int j = 0; j < 2; ++j)
-        for (int c = 0; c < C; ++c) p(dar_param_name(kDarShared, "value" + std::to_string(j)))[c * C + c] = T(1);
+      for (size_t i = 0; i < s.numel; ++i) {
+        T& x = params[s.offset + i];
+        switch (s.init) {
+          case Init::Normal: x = T(rng.normal() * s.init_value); break;
+          case Init::Constant: x = T(s.init_value); break;
+          case Init::Values: x = T(s.values[i]); break;
+          case Init::One: x = T(1); break;
+          case Init::Zero: x = T(0); break;
+        }
+      }
   }
   // Away from every symmetric point, so that every term of every gradient is exercised; τ near −1
   // makes the transport t ≈ 0.13 matter.

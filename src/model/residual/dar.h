@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "model/config.h"
 #include "model/params.h"
 
 namespace attnlab {
@@ -56,6 +57,9 @@ struct DarOptions {
   double other_b_init = -2.0;    // b on the non-home stream under parity init: β = 2σ(−2) = 0.2384
 };
 
+// The options of a resolved configuration (residual.kind = dar).
+DarOptions dar_options(const Config& cfg);
+
 // §6.5 per-token activation estimate (fp32 floats) of DAR's own storage, with the spec's accounting,
 // for `attnlab info` to print beside the planned bytes. n_sublayers = 2L.
 struct DarMemoryEstimate {
@@ -74,8 +78,7 @@ class Dar {
   // l = 1..S the queries w⁰_l, w¹_l (C, 0), the mix logit g_l (C, 0), the transport logit τ_l (1,
   // tau_init), the gate logits b⁰_l, b¹_l (C; parity: 0 on the home stream — 0 for attention, 1 for
   // the MLP — and other_b_init on the other); the read-out's w⁰_F, w¹_F, g_F (C, 0); with sep_v the
-  // value maps W⁰_V, W¹_V (C×C, identity; registered as zeros until the registry takes explicit
-  // initial values: the caller sets them).
+  // value maps W⁰_V, W¹_V (C×C, identity).
   static void add_params(ParamRegistry& reg, const DarOptions& opt, int n_sublayers, int C);
   // Binds the parameter and gradient pointers (buffers laid out by reg).
   void bind(const ParamRegistry& reg, T* params, T* grads);

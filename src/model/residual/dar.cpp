@@ -1,4 +1,4 @@
-#include "model/dar.h"
+#include "model/residual/dar.h"
 
 #include <omp.h>
 
@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "core/error.h"
 #include "core/gemm.h"
 #include "kernels/depth_attention.h"
+#include "model/residual/residual.h"
 
 namespace attnlab {
 
@@ -128,6 +130,18 @@ std::string dar_param_name(int l, const std::string& what) {
   return "residual." + std::to_string(l) + "." + what;
 }
 
+DarOptions dar_options(const Config& cfg) {
+  DarOptions o;
+  o.block_size = cfg.residual.block_size > 0 ? cfg.residual.block_size : 2;
+  o.routing = parse_dar_routing(cfg.dar.routing);
+  o.sep_v = cfg.dar.sep_v;
+  o.include_partial = cfg.dar.include_partial;
+  o.parity_init = cfg.dar.init == "parity";
+  o.tau_init = cfg.dar.tau_init;
+  o.other_b_init = cfg.dar.other_b_init;
+  return o;
+}
+
 DarMemoryEstimate dar_memory_estimate(const DarOptions& opt, int n_sublayers, int C) {
   // §6.5, "Stored per token": the histories, then per sublayer P_old (K ≥ 2, when present), R⁰ and R¹,
   // R̄ with sep_v, the depth weights 2N and the partial's 1/ρ (one per stream).
@@ -178,8 +192,10 @@ void Dar<T>::add_params(ParamRegistry& reg, const DarOptions& opt, int n_sublaye
   reg.add(dar_param_name(kFinal, "query1"), {C}, Init::Zero, 0, false);
   reg.add(dar_param_name(kFinal, "mix"), {C}, Init::Zero, 0, false);
   if (opt.sep_v) {
-    reg.add(dar_param_name(kShared, "value0"), {C, C}, Init::Zero /* identity: set by the caller until the registry has explicit values */, 0, false);
-    reg.add(dar_param_name(kShared, "value1"), {C, C}, Init::Zero /* identity: set by the caller until the registry has explicit values */, 0, false);
+    std::vector<double> identity((size_t)C * C, 0.0);
+    for (int c = 0; c < C; ++c) identity[(size_t)c * C + c] = 1.0;
+    reg.add_values(dar_param_name(kShared, "value0"), {C, C}, identity, false);
+    reg.add_values(dar_param_name(kShared, "value1"), {C, C}, identity, false);
   }
 }
 
@@ -640,5 +656,74 @@ void Dar<T>::read_backward(int l, int N) {
 
 template class Dar<float>;
 template class Dar<double>;
+
+// ---------------------------------------------------------------------------------------------
+// residual.kind = dar through the residual interface (residual.h): one Dar engine per workspace.
+namespace {
+
+template <class T>
+struct DarState : ResidualState {
+  std::unique_ptr<Dar<T>> dar;
+};
+
+template <class T>
+class DarResidual final : public Residual<T> {
+ public:
+  explicit DarResidual(const Config& cfg)
+      : opt_(dar_options(cfg)), S_(2 * cfg.model.n_layer), C_(cfg.model.d_model) {}
+  const char* kind() const override { return "dar"; }
+  void register_params(ParamRegistry& reg) const override { Dar<T>::add_params(reg, opt_, S_, C_); }
+  void bind(const ParamRegistry& reg, T* params, T* grads) override {
+    reg_ = &reg;
+    params_ = params;
+    grads_ = grads;
+  }
+
+  std::unique_ptr<ResidualState> make_state() const override {
+    ATTNLAB_CHECK(reg_, "bind() before make_state()");
+    auto s = std::make_unique<DarState<T>>();
+    s->dar = std::make_unique<Dar<T>>(opt_, S_, C_);
+    s->dar->bind(*reg_, params_, grads_);
+    return s;
+  }
+  void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
+    const size_t before = arena.planned();
+    d(rs).plan(arena, (int)rows, training);
+    if (!arena.committed()) rs.bytes = arena.planned() - before;
+  }
+
+  T* embedding(ResidualState& rs) const override { return d(rs).embedding(); }
+  void begin(ResidualState& rs, int N) const override { d(rs).begin(N); }
+  const T* read(ResidualState& rs, int l, int N) const override { return d(rs).read(l, N); }
+  T* branch(ResidualState& rs, int l) const override { return d(rs).branch(l); }
+  void write(ResidualState& rs, int l, int N) const override { d(rs).write(l, N); }
+  const T* read_out(ResidualState& rs, int N) const override { return d(rs).read_out(N); }
+  const T* input(const ResidualState& rs, int l) const override { return d(rs).input(l); }
+  const T* final_input(const ResidualState& rs) const override { return d(rs).final_input(); }
+
+  T* read_out_grad(ResidualState& rs, int N) const override { return d(rs).read_out_grad(N); }
+  void read_out_backward(ResidualState& rs, int N) const override { d(rs).read_out_backward(N); }
+  const T* branch_grad(ResidualState& rs, int l, int N) const override { return d(rs).branch_grad(l, N); }
+  T* input_grad(ResidualState& rs, int l, int N) const override { return d(rs).input_grad(l, N); }
+  void read_backward(ResidualState& rs, int l, int N) const override { d(rs).read_backward(l, N); }
+  const T* embedding_grad(ResidualState& rs, int N) const override { return d(rs).embedding_grad(N); }
+
+ private:
+  static Dar<T>& d(const ResidualState& s) { return *static_cast<const DarState<T>&>(s).dar; }
+  DarOptions opt_;
+  int S_, C_;
+  const ParamRegistry* reg_ = nullptr;
+  T *params_ = nullptr, *grads_ = nullptr;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Residual<T>> make_dar_residual(const Config& cfg) {
+  return std::make_unique<DarResidual<T>>(cfg);
+}
+
+template std::unique_ptr<Residual<float>> make_dar_residual<float>(const Config&);
+template std::unique_ptr<Residual<double>> make_dar_residual<double>(const Config&);
 
 }  // namespace attnlab
