@@ -53,7 +53,9 @@ void run_bench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j{{"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3}, {"gflops", gflops},
                      {"flops_per_token", flops}, {"steps", a.steps}, {"threads", omp_threads()},
-                     {"params", model.num_params()}, {"config", cfg.to_json()}};
+                     {"params", model.num_params()}, {"activation_bytes_per_token", model.activation_bytes() / double(B * T)},
+                     {"residual_activation_bytes_per_token", model.residual_activation_bytes() / double(B * T)},
+                     {"config", cfg.to_json()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s\n", cfg.model.n_layer, cfg.model.d_model,
@@ -72,6 +74,9 @@ void run_info(const ConfigArgs& args) {
               model.num_params() * 4 / 1e6, model.num_params() * 16 / 1e6);
   std::printf("activation memory: %.2f MB for B=%d T=%d (%.1f KB per token)\n", model.activation_bytes() / 1e6, B, T,
               model.activation_bytes() / 1024.0 / (B * T));
+  // The residual kind's share: states, histories or streams, and their gradients (MECHANISMS.md §4.4, §5.4).
+  std::printf("  of which residual (%s): %.2f MB (%.1f KB per token)\n", model.residual().kind(),
+              model.residual_activation_bytes() / 1e6, model.residual_activation_bytes() / 1024.0 / (B * T));
   std::printf("training FLOPs per token: %.3g\n", training_flops_per_token(model, T));
 }
 

@@ -41,6 +41,8 @@ class GPT {
   // The residual kind's share of activation_bytes() (its states, histories and their gradients).
   size_t residual_activation_bytes() const { return ws_.residual ? ws_.residual->bytes : 0; }
   const Residual<T>& residual() const { return *residual_; }
+  // Norm_f's input from the last forward over the planned (B, T) (B·T, d): tests and diagnostics.
+  const T* final_residual() const { return residual_->final_input(*ws_.residual); }
 
   // One micro-batch: forward, fused LM-head cross-entropy forward+backward, backward. Gradients
   // accumulate (+=) scaled by grad_scale (pass 1/(valid targets × grad_accum) for a mean).

@@ -1,0 +1,318 @@
+// HC: Hyper-connections (MECHANISMS.md §5.1, §5.2). The residual stream is n streams X (n×d per
+// token), expanded from e and collapsed by a sum before Norm_f. Sublayer l, per token:
+//   X̄_s = RMSNorm_ng(X_s);  β_u = s_β tanh(X̄_u·w_β) + β0_u;  m_s = s_α tanh(X̄_s·w_m) + m0_s;
+//   A_su = s_α tanh(X̄_s·Wr[:,u]) + A0_su;  u = Σ_s m_s X_s;  o = F_l(u);  X′_u = β_u o + Σ_s A_su X_s
+// At init (w = 0, β0 = 1, m0 = e_{h(l)}, A0 = I) every stream equals the standard residual stream.
+//
+// The three projections share one GEMM: the weights are packed per call into W = [w_β | w_m | Wr]
+// (d × (n+2)), P = X·W over the N·n stream rows, and X̄·W = rstd∘P (X̄ is never materialised). The
+// backward [Derived, §5.2] gathers the per-token map gradients z, then dW = Xᵀ(rstd∘z) and
+// dX += RMSNorm_ng backward of z·Wᵀ, two more GEMMs.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/gemm.h"
+#include "kernels/depth_attention.h"
+#include "model/residual/residual.h"
+#include "model/residual/streams.h"
+
+namespace attnlab {
+namespace {
+
+template <class T>
+struct HyperState : ResidualState {
+  T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
+  std::vector<T*> X;               // 2L+1 states (N, n, d); inference: two, alternating
+  std::vector<T*> rstd, tau;       // per sublayer: 1/ρ (N·n), tanh of the projections (N·n, n+2)
+  std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
+  T *final_out = nullptr, *pack = nullptr;
+  // backward
+  T *dX[2] = {nullptr, nullptr}, *Y = nullptr, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
+    *dpack = nullptr, *sums = nullptr;
+  int cur = 0;  // dX[cur] holds dLoss/dX_l during sublayer l's backward
+};
+
+template <class T>
+class Hyper final : public Residual<T> {
+ public:
+  explicit Hyper(const Config& cfg)
+      : L2_(2 * cfg.model.n_layer), C_(cfg.model.d_model), n_(cfg.residual.streams), P_(n_ + 2),
+        scale_init_(cfg.residual.hc_scale_init) {}
+  const char* kind() const override { return "hyper"; }
+
+  void register_params(ParamRegistry& reg) const override {
+    for (int l = 1; l <= L2_; ++l) {
+      const int home = (l - 1) % n_;  // h(l), §5.1
+      std::vector<double> m0(n_, 0.0), a0((size_t)n_ * n_, 0.0);
+      m0[home] = 1;
+      for (int s = 0; s < n_; ++s) a0[(size_t)s * n_ + s] = 1;
+      reg.add(residual_param(l, "w_beta"), {C_}, Init::Zero, 0, false);
+      reg.add(residual_param(l, "w_m"), {C_}, Init::Zero, 0, false);
+      reg.add(residual_param(l, "w_r"), {C_, n_}, Init::Zero, 0, false);
+      reg.add(residual_param(l, "s_alpha"), {1}, Init::Constant, scale_init_, false);
+      reg.add(residual_param(l, "s_beta"), {1}, Init::Constant, scale_init_, false);
+      reg.add(residual_param(l, "beta0"), {n_}, Init::One, 0, false);
+      reg.add_values(residual_param(l, "m0"), {n_}, m0, false);
+      reg.add_values(residual_param(l, "a0"), {n_, n_}, a0, false);
+    }
+  }
+  void bind(const ParamRegistry& reg, T* params, T* grads) override {
+    p_.assign(L2_ + 1, {});
+    g_.assign(L2_ + 1, {});
+    for (int l = 1; l <= L2_; ++l) {
+      auto at = [&](const char* name, T* base) { return base + reg.find(residual_param(l, name))->offset; };
+      for (auto [t, base] : {std::pair{&p_[l], params}, std::pair{&g_[l], grads}}) {
+        t->w_beta = at("w_beta", base); t->w_m = at("w_m", base); t->w_r = at("w_r", base);
+        t->s_alpha = at("s_alpha", base); t->s_beta = at("s_beta", base);
+        t->beta0 = at("beta0", base); t->m0 = at("m0", base); t->a0 = at("a0", base);
+      }
+    }
+  }
+
+  std::unique_ptr<ResidualState> make_state() const override { return std::make_unique<HyperState<T>>(); }
+  void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
+    auto& s = st(rs);
+    const size_t before = arena.planned(), nd = (size_t)n_ * C_;
+    s.e = arena.template take<T>(rows * C_);
+    s.X.assign(L2_ + 1, nullptr);
+    s.rstd.assign(L2_ + 1, nullptr);
+    s.tau.assign(L2_ + 1, nullptr);
+    s.h.assign(L2_ + 1, nullptr);
+    s.o.assign(L2_ + 1, nullptr);
+    // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
+    T* alt[2] = {nullptr, nullptr};
+    T *rstd = nullptr, *tau = nullptr, *h = nullptr, *o = nullptr;
+    if (!training) {
+      alt[0] = arena.template take<T>(rows * nd);
+      alt[1] = arena.template take<T>(rows * nd);
+      rstd = arena.template take<T>(rows * n_);
+      tau = arena.template take<T>(rows * n_ * P_);
+      h = arena.template take<T>(rows * C_);
+      o = arena.template take<T>(rows * C_);
+    }
+    for (int l = 0; l <= L2_; ++l) {
+      s.X[l] = training ? arena.template take<T>(rows * nd) : alt[l % 2];
+      if (l == 0) continue;
+      s.rstd[l] = training ? arena.template take<T>(rows * n_) : rstd;
+      s.tau[l] = training ? arena.template take<T>(rows * n_ * P_) : tau;
+      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
+      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
+    }
+    s.final_out = arena.template take<T>(rows * C_);
+    s.pack = arena.template take<T>((size_t)C_ * P_);
+    if (training) {
+      s.dX[0] = arena.template take<T>(rows * nd);
+      s.dX[1] = arena.template take<T>(rows * nd);
+      s.Y = arena.template take<T>(rows * nd);
+      s.dh = arena.template take<T>(rows * C_);
+      s.dout = arena.template take<T>(rows * C_);
+      s.z = arena.template take<T>(rows * n_ * P_);
+      s.per_token = arena.template take<T>(rows * per_token_cols());
+      s.dpack = arena.template take<T>((size_t)C_ * P_);
+      s.sums = arena.template take<T>(per_token_cols());
+    }
+    if (!arena.committed()) s.bytes = arena.planned() - before;
+  }
+
+  T* embedding(ResidualState& rs) const override { return st(rs).e; }
+  void begin(ResidualState& rs, int N) const override { streams::expand(st(rs).X[0], st(rs).e, N, n_, C_); }
+
+  const T* read(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const Params& p = p_[l];
+    const T* X = s.X[l - 1];
+    T *rstd = s.rstd[l], *tau = s.tau[l], *h = s.h[l];
+    kernels::rms_inverse(rstd, X, N * n_, C_);
+    pack(s.pack, p);
+    gemm(false, false, N * n_, P_, C_, T(1), X, C_, s.pack, P_, T(0), tau, P_);
+    const T s_alpha = *p.s_alpha;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      T* t = tau + (size_t)i * n_ * P_;
+      for (int r = 0; r < n_; ++r)
+        for (int j = 0; j < P_; ++j) t[r * P_ + j] = std::tanh(rstd[(size_t)i * n_ + r] * t[r * P_ + j]);
+      T* y = h + (size_t)i * C_;
+      std::memset(y, 0, sizeof(T) * C_);
+      for (int r = 0; r < n_; ++r) {  // u = Σ_s m_s X_s
+        const T m = s_alpha * t[r * P_ + 1] + p.m0[r];
+        const T* Xs = X + ((size_t)i * n_ + r) * C_;
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) y[c] += m * Xs[c];
+      }
+    }
+    return h;
+  }
+  T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
+  void write(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const Params& p = p_[l];
+    const T *X = s.X[l - 1], *tau = s.tau[l], *o = s.o[l];
+    T* Xn = s.X[l];
+    const T s_alpha = *p.s_alpha, s_beta = *p.s_beta;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const T* t = tau + (size_t)i * n_ * P_;
+      const T* oi = o + (size_t)i * C_;
+      for (int u = 0; u < n_; ++u) {  // X′_u = β_u o + Σ_s A_su X_s
+        T* y = Xn + ((size_t)i * n_ + u) * C_;
+        const T beta = s_beta * t[u * P_] + p.beta0[u];
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) y[c] = beta * oi[c];
+        for (int r = 0; r < n_; ++r) {
+          const T a = s_alpha * t[r * P_ + 2 + u] + p.a0[r * n_ + u];
+          const T* Xs = X + ((size_t)i * n_ + r) * C_;
+#pragma omp simd
+          for (int c = 0; c < C_; ++c) y[c] += a * Xs[c];
+        }
+      }
+    }
+  }
+  const T* read_out(ResidualState& rs, int N) const override {
+    streams::collapse(st(rs).final_out, st(rs).X[L2_], N, n_, C_);
+    return st(rs).final_out;
+  }
+  const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
+  const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+
+  T* read_out_grad(ResidualState& rs, int N) const override {
+    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
+    return st(rs).dh;
+  }
+  void read_out_backward(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    s.cur = 0;
+    streams::broadcast(s.dX[0], s.dh, N, n_, C_);
+  }
+  const T* branch_grad(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const Params& p = p_[l];
+    const T *dXn = s.dX[s.cur], *tau = s.tau[l];
+    const T s_beta = *p.s_beta;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {  // do = Σ_u β_u dX′_u
+      T* y = s.dout + (size_t)i * C_;
+      std::memset(y, 0, sizeof(T) * C_);
+      for (int u = 0; u < n_; ++u) {
+        const T beta = s_beta * tau[((size_t)i * n_ + u) * P_] + p.beta0[u];
+        const T* g = dXn + ((size_t)i * n_ + u) * C_;
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) y[c] += beta * g[c];
+      }
+    }
+    return s.dout;
+  }
+  T* input_grad(ResidualState& rs, int, int N) const override {
+    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
+    return st(rs).dh;
+  }
+  void read_backward(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const Params& p = p_[l];
+    const Params& g = g_[l];
+    const T *dXn = s.dX[s.cur], *X = s.X[l - 1], *tau = s.tau[l], *rstd = s.rstd[l], *o = s.o[l], *du = s.dh;
+    T* dX = s.dX[1 - s.cur];
+    const T s_alpha = *p.s_alpha, s_beta = *p.s_beta;
+    const int cols = per_token_cols(), n = n_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const T* t = tau + (size_t)i * n * P_;
+      const T* Xi = X + (size_t)i * n * C_;
+      const T* gi = dXn + (size_t)i * n * C_;
+      const T* oi = o + (size_t)i * C_;
+      const T* dui = du + (size_t)i * C_;
+      T* z = s.z + (size_t)i * n * P_;
+      T* pt = s.per_token + (size_t)i * cols;  // [dβ (n), dm (n), dA (n²), ds_β, ds_α]
+      T ds_beta = 0, ds_alpha = 0;
+      for (int u = 0; u < n; ++u) {
+        const T dbeta = streams::dot(gi + (size_t)u * C_, oi, C_);
+        pt[u] = dbeta;
+        ds_beta += dbeta * t[u * P_];
+        z[u * P_] = dbeta * s_beta * (1 - t[u * P_] * t[u * P_]);
+      }
+      for (int r = 0; r < n; ++r) {
+        const T* Xs = Xi + (size_t)r * C_;
+        const T dm = streams::dot(dui, Xs, C_);
+        pt[n + r] = dm;
+        ds_alpha += dm * t[r * P_ + 1];
+        z[r * P_ + 1] = dm * s_alpha * (1 - t[r * P_ + 1] * t[r * P_ + 1]);
+        for (int u = 0; u < n; ++u) {
+          const T dA = streams::dot(gi + (size_t)u * C_, Xs, C_);
+          const T tr = t[r * P_ + 2 + u];
+          pt[2 * n + r * n + u] = dA;
+          ds_alpha += dA * tr;
+          z[r * P_ + 2 + u] = dA * s_alpha * (1 - tr * tr);
+        }
+        // dX_s = Σ_u A_su dX′_u + m_s du (written; the map-input path is added after the GEMMs)
+        T* d = dX + ((size_t)i * n + r) * C_;
+        const T m = s_alpha * t[r * P_ + 1] + p.m0[r];
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) d[c] = m * dui[c];
+        for (int u = 0; u < n; ++u) {
+          const T a = s_alpha * t[r * P_ + 2 + u] + p.a0[r * n + u];
+          const T* gu = gi + (size_t)u * C_;
+#pragma omp simd
+          for (int c = 0; c < C_; ++c) d[c] += a * gu[c];
+        }
+        for (int j = 0; j < P_; ++j) z[r * P_ + j] *= rstd[(size_t)i * n + r];  // rstd∘z for both GEMMs
+      }
+      pt[2 * n + n * n] = ds_beta;
+      pt[2 * n + n * n + 1] = ds_alpha;
+    }
+    // Sums over tokens: dβ0, dm0, dA0, ds_β, ds_α.
+    std::memset(s.sums, 0, sizeof(T) * cols);
+    streams::add_column_sums(s.sums, s.per_token, N, cols, cols);
+    for (int u = 0; u < n; ++u) { g.beta0[u] += s.sums[u]; g.m0[u] += s.sums[n + u]; }
+    for (int k = 0; k < n * n; ++k) g.a0[k] += s.sums[2 * n + k];
+    *g.s_beta += s.sums[2 * n + n * n];
+    *g.s_alpha += s.sums[2 * n + n * n + 1];
+    // dW = Xᵀ(rstd∘z), then dX += RMSNorm_ng backward of (rstd∘z)·Wᵀ.
+    pack(s.pack, p);
+    gemm(true, false, C_, P_, N * n, T(1), X, C_, s.z, P_, T(0), s.dpack, P_);
+    unpack_add(g, s.dpack);
+    gemm(false, true, N * n, C_, P_, T(1), s.z, P_, s.pack, P_, T(0), s.Y, C_);
+    streams::rms_ng_backward(dX, s.Y, X, rstd, (size_t)N * n, C_);
+    s.cur = 1 - s.cur;
+  }
+  const T* embedding_grad(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    streams::collapse(s.dh, s.dX[s.cur], N, n_, C_);  // d e = Σ_s dX_0,s (the backward of expand)
+    return s.dh;
+  }
+
+ private:
+  struct Params { T *w_beta, *w_m, *w_r, *s_alpha, *s_beta, *beta0, *m0, *a0; };
+  static HyperState<T>& st(ResidualState& s) { return static_cast<HyperState<T>&>(s); }
+  static const HyperState<T>& cst(const ResidualState& s) { return static_cast<const HyperState<T>&>(s); }
+  int per_token_cols() const { return 2 * n_ + n_ * n_ + 2; }
+  // W = [w_β | w_m | Wr] (d × (n+2)), the layout of the projection GEMM.
+  void pack(T* W, const Params& p) const {
+    for (int c = 0; c < C_; ++c) {
+      W[c * P_] = p.w_beta[c];
+      W[c * P_ + 1] = p.w_m[c];
+      for (int u = 0; u < n_; ++u) W[c * P_ + 2 + u] = p.w_r[c * n_ + u];
+    }
+  }
+  void unpack_add(const Params& g, const T* dW) const {
+    for (int c = 0; c < C_; ++c) {
+      g.w_beta[c] += dW[c * P_];
+      g.w_m[c] += dW[c * P_ + 1];
+      for (int u = 0; u < n_; ++u) g.w_r[c * n_ + u] += dW[c * P_ + 2 + u];
+    }
+  }
+
+  int L2_, C_, n_, P_;
+  double scale_init_;
+  std::vector<Params> p_, g_;  // index l = 1..2L
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Residual<T>> make_hyper_residual(const Config& cfg) {
+  return std::make_unique<Hyper<T>>(cfg);
+}
+template std::unique_ptr<Residual<float>> make_hyper_residual<float>(const Config&);
+template std::unique_ptr<Residual<double>> make_hyper_residual<double>(const Config&);
+
+}  // namespace attnlab

@@ -1,0 +1,349 @@
+// mHC: Manifold-constrained hyper-connections (MECHANISMS.md §5.1, §5.3). n streams per token,
+// expanded from e and collapsed by a sum, as HC; sublayer l, per token, with x⃗ = [X_0..X_{n−1}]:
+//   x̂ = RMSNorm_ng(x⃗) over nd values;  H̃ = α∘(x̂Φ) + b  for pre (n), post (n) and res (n×n)
+//   Hpre = σ(H̃pre);  Hpost = 2σ(H̃post);  Hres = Sinkhorn–Knopp(H̃res)  (kernels/sinkhorn.h)
+//   u = Σ_s Hpre_s X_s;  o = F_l(u);  X′_s = Σ_u Hres_su X_u + Hpost_s o
+// Init [Ours, §5.3]: Φ = 0, α = alpha_init, bpost = 0, bpre = logit of home_weight on the home stream
+// h(l) = (l−1) mod n and of (1−home_weight)/(n−1) elsewhere, bres = ln(res_diag(n−1)/(1−res_diag))·I:
+// rows of Hres and Hpre sum to 1 and Hpost = 1, so every stream equals the standard residual stream.
+//
+// One GEMM computes all three projections: Φ packed per call as [Φpre | Φpost | Φres] (nd × M),
+// M = n² + 2n, and x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per token); the
+// backward [Derived, §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/gemm.h"
+#include "kernels/depth_attention.h"
+#include "kernels/sinkhorn.h"
+#include "model/residual/residual.h"
+#include "model/residual/streams.h"
+
+namespace attnlab {
+namespace {
+
+template <class T>
+struct MhcState : ResidualState {
+  T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
+  std::vector<T*> X;               // 2L+1 states (N, n·d); inference: two, alternating
+  std::vector<T*> rstd, proj, H;   // per sublayer: 1/ρ (N), x̂Φ (N, M), [Hpre | Hpost | Hres] (N, M)
+  std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
+  T *final_out = nullptr, *pack = nullptr;
+  // backward
+  T *dX[2] = {nullptr, nullptr}, *Y = nullptr, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
+    *dpack = nullptr, *sums = nullptr, *work = nullptr;
+  int cur = 0, threads = 0;
+};
+
+template <class T>
+class Mhc final : public Residual<T> {
+ public:
+  explicit Mhc(const Config& cfg)
+      : L2_(2 * cfg.model.n_layer), C_(cfg.model.d_model), n_(cfg.residual.streams), nd_(n_ * C_), M_(n_ * n_ + 2 * n_),
+        iters_(cfg.residual.mhc_sinkhorn_iters), rc_(cfg.residual) {}
+  const char* kind() const override { return "mhc"; }
+
+  void register_params(ParamRegistry& reg) const override {
+    const int n = n_;
+    const double w = rc_.mhc_home_weight, r = rc_.mhc_res_diag;
+    auto logit = [](double p) { return std::log(p / (1 - p)); };
+    for (int l = 1; l <= L2_; ++l) {
+      const int home = (l - 1) % n;  // h(l), §5.1: the rotating home read breaks the stream symmetry
+      std::vector<double> b_pre(n, logit((1 - w) / (n - 1))), b_res((size_t)n * n, 0.0);
+      b_pre[home] = logit(w);
+      for (int s = 0; s < n; ++s) b_res[(size_t)s * n + s] = std::log(r * (n - 1) / (1 - r));
+      const bool normal = rc_.mhc_phi_init == "normal";
+      for (auto [name, cols] : {std::pair{"phi_pre", n}, std::pair{"phi_post", n}, std::pair{"phi_res", n * n}})
+        reg.add(residual_param(l, name), {nd_, cols}, normal ? Init::Normal : Init::Zero, normal ? 0.02 : 0, false);
+      for (const char* name : {"alpha_pre", "alpha_post", "alpha_res"})
+        reg.add(residual_param(l, name), {1}, Init::Constant, rc_.mhc_alpha_init, false);
+      reg.add_values(residual_param(l, "b_pre"), {n}, b_pre, false);
+      reg.add(residual_param(l, "b_post"), {n}, Init::Zero, 0, false);
+      reg.add_values(residual_param(l, "b_res"), {n, n}, b_res, false);
+    }
+  }
+  void bind(const ParamRegistry& reg, T* params, T* grads) override {
+    p_.assign(L2_ + 1, {});
+    g_.assign(L2_ + 1, {});
+    for (int l = 1; l <= L2_; ++l) {
+      auto at = [&](const char* name, T* base) { return base + reg.find(residual_param(l, name))->offset; };
+      for (auto [t, base] : {std::pair{&p_[l], params}, std::pair{&g_[l], grads}}) {
+        t->phi_pre = at("phi_pre", base); t->phi_post = at("phi_post", base); t->phi_res = at("phi_res", base);
+        t->alpha_pre = at("alpha_pre", base); t->alpha_post = at("alpha_post", base); t->alpha_res = at("alpha_res", base);
+        t->b_pre = at("b_pre", base); t->b_post = at("b_post", base); t->b_res = at("b_res", base);
+      }
+    }
+  }
+
+  std::unique_ptr<ResidualState> make_state() const override { return std::make_unique<MhcState<T>>(); }
+  void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
+    auto& s = st(rs);
+    const size_t before = arena.planned();
+    s.e = arena.template take<T>(rows * C_);
+    s.X.assign(L2_ + 1, nullptr);
+    s.rstd.assign(L2_ + 1, nullptr);
+    s.proj.assign(L2_ + 1, nullptr);
+    s.H.assign(L2_ + 1, nullptr);
+    s.h.assign(L2_ + 1, nullptr);
+    s.o.assign(L2_ + 1, nullptr);
+    // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
+    T* alt[2] = {nullptr, nullptr};
+    T *rstd = nullptr, *proj = nullptr, *H = nullptr, *h = nullptr, *o = nullptr;
+    if (!training) {
+      alt[0] = arena.template take<T>(rows * nd_);
+      alt[1] = arena.template take<T>(rows * nd_);
+      rstd = arena.template take<T>(rows);
+      proj = arena.template take<T>(rows * M_);
+      H = arena.template take<T>(rows * M_);
+      h = arena.template take<T>(rows * C_);
+      o = arena.template take<T>(rows * C_);
+    }
+    for (int l = 0; l <= L2_; ++l) {
+      s.X[l] = training ? arena.template take<T>(rows * nd_) : alt[l % 2];
+      if (l == 0) continue;
+      s.rstd[l] = training ? arena.template take<T>(rows) : rstd;
+      s.proj[l] = training ? arena.template take<T>(rows * M_) : proj;
+      s.H[l] = training ? arena.template take<T>(rows * M_) : H;
+      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
+      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
+    }
+    s.final_out = arena.template take<T>(rows * C_);
+    s.pack = arena.template take<T>((size_t)nd_ * M_);
+    if (training) {
+      s.dX[0] = arena.template take<T>(rows * nd_);
+      s.dX[1] = arena.template take<T>(rows * nd_);
+      s.Y = arena.template take<T>(rows * nd_);
+      s.dh = arena.template take<T>(rows * C_);
+      s.dout = arena.template take<T>(rows * C_);
+      s.z = arena.template take<T>(rows * M_);
+      s.per_token = arena.template take<T>(rows * (M_ + 3));
+      s.dpack = arena.template take<T>((size_t)nd_ * M_);
+      s.sums = arena.template take<T>(M_ + 3);
+      // Sinkhorn backward work, one slice per thread (the backward loop runs on at most s.threads).
+      if (!arena.committed()) s.threads = omp_get_max_threads();
+      s.work = arena.template take<T>((size_t)s.threads * work_per_thread());
+    }
+    if (!arena.committed()) s.bytes = arena.planned() - before;
+  }
+
+  T* embedding(ResidualState& rs) const override { return st(rs).e; }
+  void begin(ResidualState& rs, int N) const override { streams::expand(st(rs).X[0], st(rs).e, N, n_, C_); }
+
+  const T* read(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const Params& p = p_[l];
+    const T* X = s.X[l - 1];
+    T *rstd = s.rstd[l], *proj = s.proj[l], *H = s.H[l], *h = s.h[l];
+    const int n = n_;
+    kernels::rms_inverse(rstd, X, N, nd_);
+    pack(s.pack, p);
+    gemm(false, false, N, M_, nd_, T(1), X, nd_, s.pack, M_, T(0), proj, M_);
+    const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      T* q = proj + (size_t)i * M_;
+      T* Hi = H + (size_t)i * M_;
+      for (int j = 0; j < M_; ++j) q[j] *= rstd[i];  // x̂Φ = rstd∘(x⃗Φ)
+      for (int s2 = 0; s2 < n; ++s2) {
+        Hi[s2] = T(1) / (T(1) + std::exp(-(a_pre * q[s2] + p.b_pre[s2])));
+        Hi[n + s2] = T(2) / (T(1) + std::exp(-(a_post * q[n + s2] + p.b_post[s2])));
+      }
+      T* Hres = Hi + 2 * n;
+      for (int k = 0; k < n * n; ++k) Hres[k] = a_res * q[2 * n + k] + p.b_res[k];
+      kernels::sinkhorn_forward(Hres, Hres, n, iters_);
+      T* y = h + (size_t)i * C_;
+      std::memset(y, 0, sizeof(T) * C_);
+      for (int s2 = 0; s2 < n; ++s2) {  // u = Σ_s Hpre_s X_s
+        const T* Xs = X + (size_t)i * nd_ + (size_t)s2 * C_;
+        const T w = Hi[s2];
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) y[c] += w * Xs[c];
+      }
+    }
+    return h;
+  }
+  T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
+  void write(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const T *X = s.X[l - 1], *H = s.H[l], *o = s.o[l];
+    T* Xn = s.X[l];
+    const int n = n_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const T* Hi = H + (size_t)i * M_;
+      const T* oi = o + (size_t)i * C_;
+      for (int s2 = 0; s2 < n; ++s2) {  // X′_s = Σ_u Hres_su X_u + Hpost_s o
+        T* y = Xn + (size_t)i * nd_ + (size_t)s2 * C_;
+        const T post = Hi[n + s2];
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) y[c] = post * oi[c];
+        for (int u = 0; u < n; ++u) {
+          const T a = Hi[2 * n + s2 * n + u];
+          const T* Xu = X + (size_t)i * nd_ + (size_t)u * C_;
+#pragma omp simd
+          for (int c = 0; c < C_; ++c) y[c] += a * Xu[c];
+        }
+      }
+    }
+  }
+  const T* read_out(ResidualState& rs, int N) const override {
+    streams::collapse(st(rs).final_out, st(rs).X[L2_], N, n_, C_);
+    return st(rs).final_out;
+  }
+  const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
+  const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+
+  T* read_out_grad(ResidualState& rs, int N) const override {
+    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
+    return st(rs).dh;
+  }
+  void read_out_backward(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    s.cur = 0;
+    streams::broadcast(s.dX[0], s.dh, N, n_, C_);
+  }
+  const T* branch_grad(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const T *dXn = s.dX[s.cur], *H = s.H[l];
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {  // do = Σ_s Hpost_s dX′_s
+      T* y = s.dout + (size_t)i * C_;
+      std::memset(y, 0, sizeof(T) * C_);
+      for (int s2 = 0; s2 < n_; ++s2) {
+        const T post = H[(size_t)i * M_ + n_ + s2];
+        const T* g = dXn + (size_t)i * nd_ + (size_t)s2 * C_;
+#pragma omp simd
+        for (int c = 0; c < C_; ++c) y[c] += post * g[c];
+      }
+    }
+    return s.dout;
+  }
+  T* input_grad(ResidualState& rs, int, int N) const override {
+    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
+    return st(rs).dh;
+  }
+  void read_backward(ResidualState& rs, int l, int N) const override {
+    auto& s = st(rs);
+    const Params& p = p_[l];
+    const Params& g = g_[l];
+    const T *dXn = s.dX[s.cur], *X = s.X[l - 1], *proj = s.proj[l], *H = s.H[l], *rstd = s.rstd[l], *o = s.o[l], *du = s.dh;
+    T* dX = s.dX[1 - s.cur];
+    const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
+    const int n = n_, M = M_, cols = M_ + 3;
+    const size_t wpt = work_per_thread();
+#pragma omp parallel num_threads(std::min(s.threads, omp_get_max_threads()))
+    {
+      T* work = s.work + (size_t)omp_get_thread_num() * wpt;
+      T* logits = work + kernels::sinkhorn_work_size(n, iters_);
+      T* dHres = logits + n * n;
+#pragma omp for schedule(static)
+      for (int i = 0; i < N; ++i) {
+        const T* Xi = X + (size_t)i * nd_;
+        const T* gi = dXn + (size_t)i * nd_;
+        const T* oi = o + (size_t)i * C_;
+        const T* dui = du + (size_t)i * C_;
+        const T* q = proj + (size_t)i * M;
+        const T* Hi = H + (size_t)i * M;
+        T* z = s.z + (size_t)i * M;
+        T* pt = s.per_token + (size_t)i * cols;  // [dH̃pre (n), dH̃post (n), dH̃res (n²), dα_pre, dα_post, dα_res]
+        for (int s2 = 0; s2 < n; ++s2) {
+          const T dpre = streams::dot(dui, Xi + (size_t)s2 * C_, C_);
+          const T dpost = streams::dot(gi + (size_t)s2 * C_, oi, C_);
+          pt[s2] = dpre * Hi[s2] * (1 - Hi[s2]);
+          pt[n + s2] = dpost * Hi[n + s2] * (1 - Hi[n + s2] / 2);
+          for (int u = 0; u < n; ++u) dHres[s2 * n + u] = streams::dot(gi + (size_t)s2 * C_, Xi + (size_t)u * C_, C_);
+        }
+        for (int u = 0; u < n; ++u) {  // dX_u = Σ_s Hres_su dX′_s + Hpre_u du (written; the map path comes later)
+          T* d = dX + (size_t)i * nd_ + (size_t)u * C_;
+          const T pre = Hi[u];
+#pragma omp simd
+          for (int c = 0; c < C_; ++c) d[c] = pre * dui[c];
+          for (int s2 = 0; s2 < n; ++s2) {
+            const T a = Hi[2 * n + s2 * n + u];
+            const T* gs = gi + (size_t)s2 * C_;
+#pragma omp simd
+            for (int c = 0; c < C_; ++c) d[c] += a * gs[c];
+          }
+        }
+        for (int k = 0; k < n * n; ++k) {
+          logits[k] = a_res * q[2 * n + k] + p.b_res[k];
+          pt[2 * n + k] = 0;
+        }
+        kernels::sinkhorn_backward(pt + 2 * n, dHres, logits, n, iters_, work);
+        T da_pre = 0, da_post = 0, da_res = 0;
+        for (int s2 = 0; s2 < n; ++s2) {
+          da_pre += pt[s2] * q[s2];
+          da_post += pt[n + s2] * q[n + s2];
+        }
+        for (int k = 0; k < n * n; ++k) da_res += pt[2 * n + k] * q[2 * n + k];
+        pt[M] = da_pre;
+        pt[M + 1] = da_post;
+        pt[M + 2] = da_res;
+        // z = rstd∘α∘dH̃: the gradient of x⃗Φ's row, for dΦ = x⃗ᵀz and dx̂ = z·Φᵀ/rstd.
+        for (int j = 0; j < M; ++j) z[j] = rstd[i] * (j < n ? a_pre : j < 2 * n ? a_post : a_res) * pt[j];
+      }
+    }
+    std::memset(s.sums, 0, sizeof(T) * cols);
+    streams::add_column_sums(s.sums, s.per_token, N, cols, cols);
+    for (int k = 0; k < n; ++k) { g.b_pre[k] += s.sums[k]; g.b_post[k] += s.sums[n + k]; }
+    for (int k = 0; k < n * n; ++k) g.b_res[k] += s.sums[2 * n + k];
+    *g.alpha_pre += s.sums[M];
+    *g.alpha_post += s.sums[M + 1];
+    *g.alpha_res += s.sums[M + 2];
+    pack(s.pack, p);
+    gemm(true, false, nd_, M, N, T(1), X, nd_, s.z, M, T(0), s.dpack, M);
+    unpack_add(g, s.dpack);
+    gemm(false, true, N, nd_, M, T(1), s.z, M, s.pack, M, T(0), s.Y, nd_);
+    streams::rms_ng_backward(dX, s.Y, X, rstd, (size_t)N, nd_);
+    s.cur = 1 - s.cur;
+  }
+  const T* embedding_grad(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    streams::collapse(s.dh, s.dX[s.cur], N, n_, C_);  // d e = Σ_s dX_0,s (the backward of expand)
+    return s.dh;
+  }
+
+ private:
+  struct Params { T *phi_pre, *phi_post, *phi_res, *alpha_pre, *alpha_post, *alpha_res, *b_pre, *b_post, *b_res; };
+  static MhcState<T>& st(ResidualState& s) { return static_cast<MhcState<T>&>(s); }
+  static const MhcState<T>& cst(const ResidualState& s) { return static_cast<const MhcState<T>&>(s); }
+  size_t work_per_thread() const { return kernels::sinkhorn_work_size(n_, iters_) + 2 * (size_t)n_ * n_; }
+  // Φ = [Φpre | Φpost | Φres] (nd × M), the layout of the projection GEMM.
+  void pack(T* W, const Params& p) const {
+    const int n = n_;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < nd_; ++r) {
+      T* row = W + (size_t)r * M_;
+      for (int k = 0; k < n; ++k) { row[k] = p.phi_pre[(size_t)r * n + k]; row[n + k] = p.phi_post[(size_t)r * n + k]; }
+      for (int k = 0; k < n * n; ++k) row[2 * n + k] = p.phi_res[(size_t)r * n * n + k];
+    }
+  }
+  void unpack_add(const Params& g, const T* dW) const {
+    const int n = n_;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < nd_; ++r) {
+      const T* row = dW + (size_t)r * M_;
+      for (int k = 0; k < n; ++k) { g.phi_pre[(size_t)r * n + k] += row[k]; g.phi_post[(size_t)r * n + k] += row[n + k]; }
+      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += row[2 * n + k];
+    }
+  }
+
+  int L2_, C_, n_, nd_, M_, iters_;
+  ResidualConfig rc_;
+  std::vector<Params> p_, g_;  // index l = 1..2L
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Residual<T>> make_mhc_residual(const Config& cfg) {
+  return std::make_unique<Mhc<T>>(cfg);
+}
+template std::unique_ptr<Residual<float>> make_mhc_residual<float>(const Config&);
+template std::unique_ptr<Residual<double>> make_mhc_residual<double>(const Config&);
+
+}  // namespace attnlab
