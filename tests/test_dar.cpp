@@ -1,9 +1,12 @@
-// DAR, Dual Attention Residuals (src/model/dar.h, MECHANISMS.md §6).
+// DAR, Dual Attention Residuals (src/model/residual/dar.h, MECHANISMS.md §6).
 // Part 1, the module alone: the residual driven through its call sequence with a fake differentiable
 // sublayer F_l(x) = tanh(x·M_l) per token and the loss L = Σ G∘x_F. Against a literal transcription of
 // §6.2 (the forward), central finite differences in double of every parameter group and of the
 // embedding for all routings, sep_v on/off, include_partial on/off and K = 1..4 (the backward of
 // §6.4), and the invariants of §6.7 that do not need the transformer.
+// Part 2, residual.kind = dar in the whole GPT: the §6.7 invariants that need it (uniform and parity
+// init, dτ at init, the reduction to the AttnRes kind, swap equivariance), float64 finite differences
+// of every DAR tensor and the embedding, KV-cached == uncached logits, exact resume and the config keys.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -13,9 +16,17 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
 #include "check.h"
+#include "core/error.h"
 #include "core/rng.h"
+#include "data/shard.h"
+#include "model/gpt.h"
 #include "model/residual/dar.h"
+#include "train/trainer.h"
 
 using namespace attnlab;
 
@@ -599,4 +610,400 @@ TEST(DarModule, FloatMatchesDoubleAndInferencePlanMatchesTraining) {
       EXPECT_LT(test::max_rel_diff(gf, gd), 1e-4) << describe(o) << " " << sp.name;
     }
   }
+}
+
+// =============================================================================================
+// Part 2: the whole model.
+namespace {
+
+const char* kModel = "model.n_layer = 2\nmodel.d_model = 16\nmodel.n_head = 4\nmodel.seq_len = 8\nmodel.vocab_size = 23\n";
+
+Config tiny(const std::string& extra) { return resolve_config(parse_config_text(kModel + extra, "test")); }
+
+std::string error_of(const std::string& extra) {
+  try {
+    tiny(extra);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = (int32_t)r.below(V);
+  return t;
+}
+
+// Away from the init: DAR tensors by 0.5 (depth weights, mixes and gates then vary by token), the
+// transport logits to −1 ± 0.5 (t ≈ 0.13: the transport matters), the rest by 0.1.
+template <class T>
+void randomize(GPT<T>& m, uint64_t seed) {
+  m.init_weights(seed);
+  Rng r(seed + 1);
+  for (const auto& s : m.registry().specs()) {
+    const bool dar = s.name.rfind("residual.", 0) == 0, tau = s.name.find("transport") != std::string::npos;
+    for (size_t i = 0; i < s.numel; ++i) {
+      T& x = m.params()[s.offset + i];
+      x = tau ? T(-1 + 0.5 * r.normal()) : x + T((dar ? 0.5 : 0.1) * r.normal());
+    }
+  }
+}
+
+// One training micro-step on fixed tokens; gradients of the mean loss.
+template <class T>
+double grad_step(GPT<T>& m, int B, int Tn, uint64_t seed) {
+  m.plan(B, Tn);
+  auto in = random_tokens(B * Tn, m.config().model.vocab_size, seed), tgt = random_tokens(B * Tn, m.config().model.vocab_size, seed + 1);
+  const int valid = m.count_valid(tgt.data(), tgt.size());
+  m.zero_grad();
+  return m.train_micro_step(in.data(), tgt.data(), T(1.0 / valid)) / valid;
+}
+
+std::vector<std::string> routings() { return {"reciprocal", "self_kv", "cross_v", "fixed_kv"}; }
+
+}  // namespace
+
+TEST(DarConfig, KeysDefaultsAndValidation) {
+  const Config c = tiny("residual.kind = dar\n");
+  EXPECT_EQ(c.residual.block_size, 2);  // §6.6: one block per layer
+  EXPECT_EQ(c.dar.routing, "reciprocal");
+  EXPECT_FALSE(c.dar.sep_v);
+  EXPECT_TRUE(c.dar.include_partial);
+  EXPECT_EQ(c.dar.init, "parity");
+  EXPECT_EQ(c.dar.tau_init, -6.0);
+  EXPECT_EQ(c.dar.other_b_init, -2.0);
+  // §7.2: dar.* with another residual kind is an error naming the key
+  for (const char* key : {"dar.routing = self_kv", "dar.sep_v = true", "dar.include_partial = false", "dar.init = uniform",
+                          "dar.tau_init = -3", "dar.other_b_init = -1"}) {
+    const std::string err = error_of(std::string("residual.kind = attnres\n") + key + "\n");
+    EXPECT_NE(err.find(std::string(key).substr(0, std::string(key).find(' '))), std::string::npos) << err;
+    EXPECT_NE(err.find("residual.kind is not dar"), std::string::npos) << err;
+    EXPECT_NE(error_of(std::string(key) + "\n"), "") << key;  // the default kind is standard
+  }
+  EXPECT_NE(error_of("residual.kind = dar\ndar.routing = sideways\n").find("dar.routing"), std::string::npos);
+  EXPECT_NE(error_of("residual.kind = dar\ndar.sep_v = 2\n").find("dar.sep_v"), std::string::npos);
+  EXPECT_NE(error_of("residual.kind = dar\ndar.init = random\n").find("dar.init"), std::string::npos);
+  EXPECT_NE(error_of("residual.kind = dar\nresidual.block_size = 0\n").find("residual.block_size"), std::string::npos);
+  EXPECT_NE(error_of("residual.kind = dar\nresidual.streams = 2\n").find("residual.streams"), std::string::npos);
+}
+
+// Every key round-trips through the checkpoint's JSON (to_json, from_json), defaults and set values.
+TEST(DarConfig, JsonRoundTrip) {
+  for (const char* extra : {"residual.kind = dar\n",
+                            "residual.kind = dar\nresidual.block_size = 3\ndar.routing = cross_v\ndar.sep_v = true\n"
+                            "dar.include_partial = false\ndar.init = uniform\ndar.tau_init = -2.5\ndar.other_b_init = -0.75\n"}) {
+    const Config c = tiny(extra);
+    const nlohmann::json j = c.to_json();
+    for (const char* key : {"residual.block_size", "dar.routing", "dar.sep_v", "dar.include_partial", "dar.init", "dar.tau_init",
+                            "dar.other_b_init"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    const Config back = Config::from_json(j, "test");
+    EXPECT_EQ(back.to_json(), j);
+  }
+  EXPECT_FALSE(tiny("residual.kind = attnres\n").to_json().contains("dar.routing"));
+}
+
+// §6.3 init and parameter count: (5d+1)·2L + 3d, plus 2d² with sep_v; nothing decayed.
+TEST(DarModel, ParametersAndInit) {
+  for (bool sep_v : {false, true}) {
+    const Config cfg = tiny(std::string("residual.kind = dar\n") + (sep_v ? "dar.sep_v = true\n" : ""));
+    GPT<double> m(cfg);
+    m.init_weights(1);
+    const int d = 16, L = 2;
+    size_t n = 0;
+    for (const auto& s : m.registry().specs())
+      if (s.name.rfind("residual.", 0) == 0) {
+        n += s.numel;
+        EXPECT_FALSE(s.decay) << s.name;
+      }
+    EXPECT_EQ(n, (size_t)(5 * d + 1) * 2 * L + 3 * d + (sep_v ? 2 * d * d : 0));
+    EXPECT_EQ(m.param(dar_param_name(1, "transport"))[0], -6.0);
+    EXPECT_EQ(m.param(dar_param_name(1, "gate0"))[3], 0.0);   // attention: home stream 0
+    EXPECT_EQ(m.param(dar_param_name(1, "gate1"))[3], -2.0);
+    EXPECT_EQ(m.param(dar_param_name(2, "gate0"))[3], -2.0);  // MLP: home stream 1
+    EXPECT_EQ(m.param(dar_param_name(2, "gate1"))[3], 0.0);
+    EXPECT_EQ(m.param(dar_param_name(kDarFinal, "query1"))[3], 0.0);
+    if (sep_v) {
+      EXPECT_EQ(m.param(dar_param_name(kDarShared, "value1"))[17], 1.0);  // (1,1) of the identity
+      EXPECT_EQ(m.param(dar_param_name(kDarShared, "value1"))[16], 0.0);
+    }
+  }
+}
+
+// Whole-model float64 finite differences (test_model.cpp's pattern) of every DAR tensor and of the
+// embedding E (its gradient sums the head's and the residual's d e), K = 1 and K = 2, every routing,
+// sep_v on; up to 24 entries per tensor. Rounding noise of the mean loss (≈3) at h = 1e-5 is ~3e-11,
+// so a floor of 1e-4 on the gradient scale keeps it below the 1e-6 tolerance; structural zeros (the
+// queries at sublayer 1, whose only candidate is e) must be exactly zero.
+void check_model_gradients(const std::string& extra) {
+  OneThread one;
+  const Config cfg = tiny(extra);
+  GPT<double> m(cfg);
+  randomize(m, 3);
+  const int B = 2, T = 5;
+  m.plan(B, T);
+  auto in = random_tokens(B * T, cfg.model.vocab_size, 5), tgt = random_tokens(B * T, cfg.model.vocab_size, 6);
+  tgt[3] = -1;
+  const int valid = m.count_valid(tgt.data(), tgt.size());
+  m.zero_grad();
+  m.train_micro_step(in.data(), tgt.data(), 1.0 / valid);
+  Rng pick(17);
+  int checked = 0;
+  for (const auto& s : m.registry().specs()) {
+    if (s.name.rfind("residual.", 0) != 0 && s.name != "wte") continue;
+    std::vector<size_t> idx;
+    if (s.numel <= 24) {
+      for (size_t i = 0; i < s.numel; ++i) idx.push_back(i);
+    } else {
+      while (idx.size() < 24) {
+        const size_t i = pick.below(s.numel);
+        if (std::find(idx.begin(), idx.end(), i) == idx.end()) idx.push_back(i);
+      }
+    }
+    std::vector<double> x(idx.size()), analytic(idx.size());
+    for (size_t k = 0; k < idx.size(); ++k) {
+      x[k] = m.params()[s.offset + idx[k]];
+      analytic[k] = m.grads()[s.offset + idx[k]];
+    }
+    auto loss = [&]() {
+      for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
+      return m.eval_loss(in.data(), tgt.data()) / valid;
+    };
+    auto numeric = test::numeric_grad(x, loss, 1e-5);
+    for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
+    ++checked;
+    if (s.name == dar_param_name(1, "query0") || s.name == dar_param_name(1, "query1")) {
+      for (double a : analytic) EXPECT_EQ(a, 0.0) << extra << " " << s.name;
+      continue;
+    }
+    double scale = 1e-4, worst = 0;
+    for (double v : numeric) scale = std::max(scale, std::abs(v));
+    for (size_t k = 0; k < idx.size(); ++k) worst = std::max(worst, std::abs(analytic[k] - numeric[k]));
+    EXPECT_LT(worst / scale, 1e-6) << extra << " " << s.name;
+  }
+  EXPECT_EQ(checked, 1 + 6 * 4 + 3 + (cfg.dar.sep_v ? 2 : 0)) << extra;
+}
+
+TEST(DarGrad, FullEveryRoutingSepV) {
+  for (const auto& r : routings()) check_model_gradients("residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\ndar.routing = " + r + "\n");
+}
+TEST(DarGrad, BlockEveryRoutingSepV) {
+  for (const auto& r : routings()) check_model_gradients("residual.kind = dar\ndar.sep_v = true\ndar.routing = " + r + "\n");
+}
+TEST(DarGrad, BlockVariants) {
+  check_model_gradients("residual.kind = dar\nresidual.block_size = 3\ndar.include_partial = false\nmodel.norm = rmsnorm\nmodel.mlp = swiglu\n");
+  check_model_gradients("residual.kind = dar\nresidual.block_size = 4\nattn.pos = learned\n");
+}
+
+// §6.7 invariant 1 in the model: uniform init keeps the streams identical, so dg ≡ 0, dw⁰ = dw¹ and
+// db⁰ = db¹ bitwise (reciprocal, self_kv, cross_v; K = 1, 2, 3, with and without sep_v), on the
+// machine's threads; fixed_kv's targets read different sources: db⁰ ≠ db¹.
+// §6.7 invariant 2: parity init gives dg ≠ 0 (except fixed_kv, whose targets read the same streams).
+// §6.7 invariant 3: dτ = 0 at init for every K (parity and uniform; not fixed_kv).
+TEST(DarModel, InitInvariants) {
+  for (const auto& routing : routings())
+    for (int K : {1, 2, 3})
+      for (const char* init : {"uniform", "parity"})
+        for (bool sep_v : {false, true}) {
+          const std::string extra = "residual.kind = dar\ndar.routing = " + routing + "\nresidual.block_size = " + std::to_string(K) +
+                                    "\ndar.init = " + init + (sep_v ? "\ndar.sep_v = true\n" : "\n");
+          GPT<double> m(tiny(extra));
+          m.init_weights(5);
+          grad_step(m, 2, 8, 3);
+          const bool fixed = routing == "fixed_kv", uniform = std::string(init) == "uniform";
+          double dg = 0, dtau = 0;
+          bool db_differ = false;
+          for (int l = 1; l <= 5; ++l) {
+            const int q = l == 5 ? kDarFinal : l;
+            for (int c = 0; c < 16; ++c) {
+              dg = std::max(dg, std::abs(m.grad(dar_param_name(q, "mix"))[c]));
+              if (uniform && !fixed) {
+                EXPECT_EQ(m.grad(dar_param_name(q, "query0"))[c], m.grad(dar_param_name(q, "query1"))[c]) << extra << " l=" << l;
+              }
+              if (l == 5) continue;
+              const double db0 = m.grad(dar_param_name(l, "gate0"))[c], db1 = m.grad(dar_param_name(l, "gate1"))[c];
+              if (uniform && !fixed) { EXPECT_EQ(db0, db1) << extra << " l=" << l; }
+              db_differ |= db0 != db1;
+            }
+            if (l < 5) dtau = std::max(dtau, std::abs(m.grad(dar_param_name(l, "transport"))[0]));
+          }
+          if (uniform) {
+            EXPECT_EQ(dg, 0.0) << extra;
+            if (fixed) { EXPECT_TRUE(db_differ) << extra; }
+          } else if (!fixed) {
+            EXPECT_GT(dg, 1e-8) << extra;
+          }
+          if (!fixed) { EXPECT_EQ(dtau, 0.0) << extra; }
+        }
+}
+
+// §6.7 invariant 5 against the AttnRes kind (§4): DAR with self_kv, g = g_F = +40, τ = −40, b⁰ = 0 and
+// w⁰ = AttnRes's queries is Block AttnRes with the same K, whatever stream 1 holds. Same transformer
+// weights; the loss differs at rounding level (σ(−40) = 4e-18 in double): 1e-13. Reciprocal routing
+// under the same forcing does not reduce (a negative control, > 1e-4).
+TEST(DarModel, ReducesToTheAttnResKind) {
+  OneThread one;
+  for (int K : {1, 2, 3})
+    for (const char* routing : {"self_kv", "reciprocal"}) {
+      const std::string k = "residual.block_size = " + std::to_string(K) + "\n";
+      GPT<double> dar(tiny("residual.kind = dar\ndar.routing = " + std::string(routing) + "\n" + k));
+      GPT<double> attnres(tiny("residual.kind = attnres\n" + k));
+      randomize(dar, 9);
+      attnres.init_weights(1);
+      for (const auto& s : attnres.registry().specs()) {
+        const bool query = s.name.size() > 6 && s.name.compare(s.name.size() - 6, 6, ".query") == 0;
+        const std::string from = query ? s.name + "0" : s.name;  // w_l = w⁰_l, w_F = w⁰_F
+        std::copy_n(dar.param(from), s.numel, attnres.params() + s.offset);
+      }
+      for (int l = 1; l <= 5; ++l) {
+        const int q = l == 5 ? kDarFinal : l;
+        std::fill_n(dar.param(dar_param_name(q, "mix")), 16, 40.0);
+        if (l == 5) continue;
+        dar.param(dar_param_name(l, "transport"))[0] = -40.0;
+        std::fill_n(dar.param(dar_param_name(l, "gate0")), 16, 0.0);
+      }
+      dar.plan(2, 8);
+      attnres.plan(2, 8);
+      auto in = random_tokens(16, 23, 4), tgt = random_tokens(16, 23, 5);
+      const double a = dar.eval_loss(in.data(), tgt.data()), b = attnres.eval_loss(in.data(), tgt.data());
+      if (std::string(routing) == "self_kv") {
+        EXPECT_LT(std::abs(a - b), 1e-13 * std::abs(b)) << "K=" << K;
+      } else {
+        EXPECT_GT(std::abs(a - b), 1e-4 * std::abs(b)) << "K=" << K;
+      }
+    }
+}
+
+// §6.7 invariant 6: swapping the streams' parameters (w, b, W_V) and negating every g leaves the loss
+// unchanged (reciprocal, self_kv, cross_v; rounding, 1e-13 relative), not for fixed_kv.
+TEST(DarModel, SwapEquivariance) {
+  OneThread one;
+  for (const auto& routing : routings()) {
+    GPT<double> m(tiny("residual.kind = dar\ndar.sep_v = true\ndar.routing = " + routing + "\n"));
+    randomize(m, 13);
+    m.plan(2, 8);
+    auto in = random_tokens(16, 23, 4), tgt = random_tokens(16, 23, 5);
+    const double before = m.eval_loss(in.data(), tgt.data());
+    auto swap = [&](const std::string& a, const std::string& b) {
+      std::swap_ranges(m.param(a), m.param(a) + m.registry().find(a)->numel, m.param(b));
+    };
+    for (int l = 1; l <= 5; ++l) {
+      const int q = l == 5 ? kDarFinal : l;
+      swap(dar_param_name(q, "query0"), dar_param_name(q, "query1"));
+      for (int c = 0; c < 16; ++c) m.param(dar_param_name(q, "mix"))[c] *= -1;
+      if (l < 5) swap(dar_param_name(l, "gate0"), dar_param_name(l, "gate1"));
+    }
+    swap(dar_param_name(kDarShared, "value0"), dar_param_name(kDarShared, "value1"));
+    const double after = m.eval_loss(in.data(), tgt.data());
+    if (routing == "fixed_kv") {
+      EXPECT_GT(std::abs(after - before), 1e-6 * before);
+    } else {
+      EXPECT_LT(std::abs(after - before), 1e-13 * before) << routing;
+    }
+  }
+}
+
+// KV-cached == uncached logits (depth mixing never crosses positions, §7.1), chunks of 3, 1, 4.
+TEST(DarModel, CachedLogitsEqualUncached) {
+  for (const char* extra : {"residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\n",
+                            "residual.kind = dar\nresidual.block_size = 3\ndar.routing = fixed_kv\ndar.include_partial = false\n"}) {
+    const Config cfg = tiny(extra);
+    GPT<float> m(cfg);
+    randomize(m, 7);
+    const int B = 2, T = 8, V = cfg.model.vocab_size;
+    m.plan(B, T);
+    auto in = random_tokens(B * T, V, 9);
+    std::vector<float> full((size_t)B * T * V);
+    m.logits(full.data(), in.data());
+    m.plan_inference(B, T, 4);
+    std::vector<float> chunked((size_t)B * T * V);
+    int done = 0;
+    for (int len : {3, 1, 4}) {
+      std::vector<int32_t> chunk;
+      for (int b = 0; b < B; ++b) chunk.insert(chunk.end(), in.begin() + b * T + done, in.begin() + b * T + done + len);
+      std::vector<float> out((size_t)B * len * V);
+      m.forward_cached(out.data(), chunk.data(), len, false);
+      for (int b = 0; b < B; ++b)
+        std::copy(out.begin() + (size_t)b * len * V, out.begin() + (size_t)(b + 1) * len * V, chunked.begin() + ((size_t)b * T + done) * V);
+      done += len;
+    }
+    EXPECT_LT(test::max_rel_diff(chunked, full), 1e-5) << extra;
+  }
+}
+
+// §6.5 memory. The planned bytes equal memory_per_token() (the accounting `attnlab info` prints), and
+// Full DAR at L = 12, d = 768 fits the §6.5 estimate: its histories are about 150 KB per token
+// (2(1 + 24)·768·4 = 153600 bytes); ours keep e once for both streams, (1 + 2·24)·768·4 = 150528.
+TEST(DarModel, MemoryFitsTheEstimate) {
+  for (int K : {1, 2, 3})
+    for (bool sep_v : {false, true})
+      for (bool training : {false, true}) {
+        DarOptions o;
+        o.block_size = K;
+        o.sep_v = sep_v;
+        const int S = 24, C = 768;
+        auto planned = [&](int rows) {
+          Dar<float> dar(o, S, C);
+          Arena arena;
+          for (int pass = 0; pass < 2; ++pass) {
+            dar.plan(arena, rows, training);
+            if (pass == 0) arena.commit();
+          }
+          return (double)arena.planned();
+        };
+        const DarMemory ours = Dar<float>(o, S, C).memory_per_token(training), est = dar_memory_estimate(o, S, C);
+        const double per_token = ours.forward() + ours.inputs_outputs + ours.backward;
+        // 64 more rows cost exactly 64 tokens' floats, up to the 64-byte rounding of each of the
+        // ≲ 400 buffers (25 KB of ~10 MB); the per-parameter coefficients and the thread scratch cancel.
+        const double extra = planned(128) - planned(64);
+        EXPECT_NEAR(extra, per_token * 64 * 4, 0.005 * extra) << "K=" << K << " training=" << training;
+        if (!training) continue;
+        EXPECT_LE(ours.histories, est.histories) << "K=" << K;
+        EXPECT_GE(ours.histories, est.histories - 2 * C) << "K=" << K;  // at most e counted twice
+        EXPECT_LE(ours.reads, est.reads + 2 * S + 1) << "K=" << K;     // + the entries' 1/ρ, kept once each
+        EXPECT_GE(ours.reads, est.reads) << "K=" << K;
+        if (K == 1) {
+          EXPECT_EQ(est.histories * 4, 153600);
+          EXPECT_EQ(ours.histories * 4, 150528);
+        }
+      }
+}
+
+// Checkpoints: exact resume gives bit-identical losses (tests/test_train.cpp's pattern).
+TEST(DarModel, ExactResumeIsBitIdentical) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("attnlab_test_dar_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Rng r(1);
+  for (const char* name : {"train.bin", "val.bin"}) {
+    std::vector<uint16_t> toks(name[0] == 't' ? 8000 : 2000);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)(r.uniform() < 0.9 ? (i * 7) % 50 : r.below(50));
+    write_shard((dir / name).string(), toks.data(), toks.size());
+  }
+  for (const char* extra : {"residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\ndar.routing = cross_v\n"}) {
+    auto cfg_for = [&](const std::string& run) {
+      return resolve_config(parse_config_text(
+          std::string("model.n_layer = 2\nmodel.d_model = 32\nmodel.n_head = 4\nmodel.seq_len = 16\nmodel.vocab_size = 50\n"
+                      "train.batch_size = 4\ntrain.steps = 6\ntrain.warmup = 2\ntrain.lr = 3e-3\ntrain.eval_every = 0\n"
+                      "train.eval_batches = 2\ndata.dir = \"") + dir.string() + "\"\ntrain.out_dir = \"" + (dir / run).string() + "\"\n" + extra,
+          "test"));
+    };
+    TrainOptions quiet;
+    quiet.quiet = true;
+    const TrainSummary full = train(cfg_for("full"), quiet);
+    TrainOptions first = quiet;
+    first.stop_after = 3;
+    const TrainSummary a = train(cfg_for("split"), first);
+    TrainOptions second = quiet;
+    second.resume = a.checkpoint;
+    const TrainSummary b = train(cfg_for("split"), second);
+    ASSERT_EQ(a.losses.size() + b.losses.size(), full.losses.size()) << extra;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(b.losses[i], full.losses[3 + i]) << extra << " step " << 3 + i;
+    EXPECT_EQ(b.val_loss, full.val_loss) << extra;
+    EXPECT_LT(full.losses.back(), full.losses.front()) << extra;
+  }
+  fs::remove_all(dir);
 }

@@ -142,19 +142,17 @@ DarOptions dar_options(const Config& cfg) {
   return o;
 }
 
-DarMemoryEstimate dar_memory_estimate(const DarOptions& opt, int n_sublayers, int C) {
-  // §6.5, "Stored per token": the histories, then per sublayer P_old (K ≥ 2, when present), R⁰ and R¹,
-  // R̄ with sep_v, the depth weights 2N and the partial's 1/ρ (one per stream).
+DarMemory dar_memory_estimate(const DarOptions& opt, int n_sublayers, int C) {
   const int K = opt.block_size, S = n_sublayers;
-  DarMemoryEstimate m;
-  m.history_floats = 2.0 * (1 + (S + K - 1) / K) * C;
+  DarMemory m;
+  m.histories = 2.0 * (1 + (S + K - 1) / K) * C;
   for (int l = 1; l <= S + 1; ++l) {
     const bool readout = l == S + 1;
     const int entries = readout ? 1 + (S + K - 1) / K : 1 + (l - 1) / K;
     const bool present = !readout && (l - 1) % K != 0;
     const int N = entries + (present && opt.include_partial ? 1 : 0);
-    m.per_sublayer_floats += (K >= 2 && present ? 2.0 * C : 0) + 2.0 * C + (opt.sep_v ? 2.0 * C : 0) + 2.0 * N +
-                             (present ? 2 : 0);
+    if (K >= 2 && present) m.histories += 2.0 * C;
+    m.reads += 2.0 * C + (opt.sep_v ? 2.0 * C : 0) + 2.0 * N + (present ? 2 : 0);
   }
   return m;
 }
@@ -231,6 +229,25 @@ void Dar<T>::bind(const ParamRegistry& reg, T* params, T* grads) {
 }
 
 template <class T>
+DarMemory Dar<T>::memory_per_token(bool training) const {
+  // Mirrors plan(); per token, in floats.
+  DarMemory m;
+  const double C = C_;
+  m.histories = C + 2.0 * S_ * C;      // e once (both streams' entry 0), then P⁰, P¹ after every sublayer
+  m.reads = 1 + 2.0 * S_;              // 1/ρ of e and of every state
+  int n_max = 0;
+  for (int q = 1; q <= S_ + 1; ++q) n_max = std::max(n_max, slots_[q].n_cand);
+  for (int q = 1; q <= S_ + 1; ++q) {
+    if (!training && q > 1) break;     // inference: one shared set
+    const int n = training ? slots_[q].n_cand : n_max;
+    m.reads += 2 * C + (opt_.sep_v ? 2 * C : 0) + 2.0 * n;
+    m.inputs_outputs += C + (training && q == S_ + 1 ? 0 : C);
+  }
+  if (training) m.backward = C * (2 + 2.0 * (M_ - 1) + 4 + 2 + (opt_.sep_v ? 4 : 0));
+  return m;
+}
+
+template <class T>
 int Dar<T>::entry_sublayer(int r) const {
   return std::min(r * K_, S_);
 }
@@ -254,21 +271,20 @@ void Dar<T>::plan(Arena& arena, int rows, bool training) {
   // Per-read storage: one set per slot when training (the backward needs them all), one shared set
   // for inference.
   Slot shared;
-  auto take_read = [&](Slot& q) {
+  auto take_read = [&](Slot& q, bool with_output) {
     q.x = arena.template take<T>(RC);
-    q.o = arena.template take<T>(RC);
+    q.o = with_output ? arena.template take<T>(RC) : nullptr;
     for (int j = 0; j < 2; ++j) {
       q.R[j] = arena.template take<T>(RC);
       q.Rbar[j] = opt_.sep_v ? arena.template take<T>(RC) : q.R[j];
       q.a[j] = arena.template take<T>((size_t)rows * (training ? q.n_cand : n_max));
     }
   };
-  if (!training) take_read(shared);
+  if (!training) take_read(shared, true);
   for (int q = 1; q <= S_ + 1; ++q) {
     Slot& slot = slots_[q];
     if (training) {
-      take_read(slot);
-      if (q == S_ + 1) slot.o = nullptr;  // the read-out feeds Norm_f; it has no output
+      take_read(slot, q <= S_);  // the read-out feeds Norm_f: no output
     } else {
       slot.x = shared.x; slot.o = q == S_ + 1 ? nullptr : shared.o;
       for (int j = 0; j < 2; ++j) { slot.R[j] = shared.R[j]; slot.Rbar[j] = shared.Rbar[j]; slot.a[j] = shared.a[j]; }

@@ -60,14 +60,18 @@ struct DarOptions {
 // The options of a resolved configuration (residual.kind = dar).
 DarOptions dar_options(const Config& cfg);
 
-// §6.5 per-token activation estimate (fp32 floats) of DAR's own storage, with the spec's accounting,
-// for `attnlab info` to print beside the planned bytes. n_sublayers = 2L.
-struct DarMemoryEstimate {
-  double history_floats = 0;  // 2(1 + ceil(2L/K))·d
-  double per_sublayer_floats = 0;  // Σ_l [P_old 2d (K ≥ 2, partial present) + R 2d + R̄ 2d (sep_v) + 2N + 2]
-  double total_bytes() const { return 4 * (history_floats + per_sublayer_floats); }
+// Activation storage per token, in floats, in the categories of §6.5.
+struct DarMemory {
+  double histories = 0;       // the stream states kept: history entries and the P_old of each sublayer
+  double reads = 0;           // per read (2L sublayers and the read-out): R⁰, R¹, R̄ (sep_v), weights, 1/ρ
+  double inputs_outputs = 0;  // x_l (the sublayer's norm input: the standard residual keeps x_l too), o_l, x_F
+  double backward = 0;        // training: gradient accumulators of entries and partials, do, dx, dR (sep_v)
+  double forward() const { return histories + reads; }  // what §6.5 counts
 };
-DarMemoryEstimate dar_memory_estimate(const DarOptions& opt, int n_sublayers, int C);
+// §6.5's estimate: histories 2(1 + ceil(2L/K))·d plus P_old 2d at each sublayer with a partial (K ≥ 2);
+// per read R⁰, R¹ 2d, R̄ 2d with sep_v, the weights 2N and the partial's 1/ρ (2, where one exists). The
+// read-out is not a sublayer in §6.5; it is counted here (2d + 2N) as in ours, so the two compare.
+DarMemory dar_memory_estimate(const DarOptions& opt, int n_sublayers, int C);
 
 template <class T>
 class Dar {
@@ -89,6 +93,8 @@ class Dar {
   // and outputs share one set of buffers (the inference workspace of a KV-cache decoder).
   void plan(Arena& arena, int rows, bool training);
   int planned_rows() const { return cap_rows_; }
+  // What plan() takes per token (the thread scratch, independent of the rows, is left out).
+  DarMemory memory_per_token(bool training) const;
 
   // ---- forward ----
   T* embedding() const { return e_; }  // (rows,C): e = x_0, history entry 0 of both streams
