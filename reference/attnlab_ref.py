@@ -33,6 +33,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import residual_ref  # the residual kinds (MECHANISMS.md §4-§5), beside this file
+
 __all__ = [
     "AttnlabGPT",
     "ReferenceError",
@@ -69,7 +71,7 @@ _SUPPORTED = {
     "attn.pos": ("none", "learned", "rope", "alibi"),
     "attn.sink": ("none", "learned"),
     "attn.xsa": ("off",),
-    "residual.kind": ("standard",),
+    "residual.kind": residual_ref.KINDS,
 }
 _DEFAULTS = {
     "model.kv_heads": None,  # = n_head
@@ -110,6 +112,7 @@ def resolve_config(config: Dict) -> Dict:
         raise ReferenceError(f"model.n_head = {h} is not divisible by model.kv_heads = {hkv}")
     if cfg["attn.pos"] == "rope" and (d // h) % 2 != 0:
         raise ReferenceError(f"attn.pos = rope needs an even head dim, got {d // h}")
+    residual_ref.resolve(cfg, ReferenceError)
     if cfg["model.mlp_hidden"] in ("auto", None, 0):
         cfg["model.mlp_hidden"] = 4 * d if cfg["model.mlp"] == "gelu" else swiglu_hidden(d)
     return cfg
@@ -279,6 +282,10 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
+    def sublayers(self) -> List:
+        """F_{2i+1}(h) = attn(ln1(h)) and F_{2i+2}(h) = mlp(ln2(h)): what every residual kind wraps."""
+        return [lambda h: self.attn(self.ln1(h)), lambda h: self.mlp(self.ln2(h))]
+
 
 class AttnlabGPT(nn.Module):
     """attnlab's baseline GPT (MECHANISMS.md §1). Built from a flat dotted-key config dict; its
@@ -294,6 +301,7 @@ class AttnlabGPT(nn.Module):
                     if cfg["attn.pos"] == "learned" else None)
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg["model.n_layer"])])
         self.ln_f = Norm(d, cfg["model.norm"], bool(cfg["model.bias"]))
+        self.residual = residual_ref.make_residual(cfg)  # parameters residual.{l}.* (none for standard)
 
     def set_attention_impl(self, impl: str) -> "AttnlabGPT":
         """"manual" (default: hand-written, works everywhere), "sdpa" or "auto" (torch 2.x)."""
@@ -311,6 +319,8 @@ class AttnlabGPT(nn.Module):
         resid_std = 0.02 / math.sqrt(2 * self.config["model.n_layer"])
         with torch.no_grad():
             for name, p in self.named_parameters():
+                if name.startswith("residual."):
+                    continue  # the residual kind's own init (§4.3, §5.2, §5.3), below
                 if name.endswith(".bias") or name.endswith(".sink"):
                     p.zero_()
                 elif ".ln" in name or name.startswith("ln_f"):
@@ -318,6 +328,7 @@ class AttnlabGPT(nn.Module):
                 else:
                     std = resid_std if name.endswith("proj.weight") else 0.02
                     p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
+            self.residual.reset_parameters(gen)
         return self
 
     def forward(self, idx, targets=None):
@@ -330,8 +341,7 @@ class AttnlabGPT(nn.Module):
         x = self.wte[idx]
         if self.wpe is not None:
             x = x + self.wpe[:T]
-        for block in self.blocks:
-            x = block(x)
+        x = self.residual(x, [f for block in self.blocks for f in block.sublayers()])
         logits = self.ln_f(x) @ self.wte.t()  # tied head: Norm_f(x) Eᵀ
         loss = None
         if targets is not None:

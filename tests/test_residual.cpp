@@ -315,8 +315,8 @@ bool structurally_zero(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Gradients through the interface alone: e and every residual parameter, after a perturbation away
 // from the init (so that no gradient is structurally zero except where §1.5 says so).
-void check_interface_gradients(const std::string& extra) {
-  Harness<double> hs(extra, 3, 21);
+void check_interface_gradients(const std::string& extra, int rows = 3) {
+  Harness<double> hs(extra, rows, 21);
   hs.perturb(22, 0.3);
   auto e = test::random_vec<double>((size_t)hs.N * hs.C, 23);
   const auto G = test::random_vec<double>((size_t)hs.N * hs.C, 24);
@@ -324,7 +324,7 @@ void check_interface_gradients(const std::string& extra) {
   std::fill(hs.grads.begin(), hs.grads.end(), 0.0);
   const auto de = hs.backward(G);
   auto loss = [&]() { return test::dot(hs.forward(e), G); };
-  test::expect_grad_close(de, test::numeric_grad(e, loss, 1e-5), 1e-6, (extra + " embedding").c_str());
+  test::expect_grad_close(de, test::numeric_grad(e, loss, 1e-4), 1e-6, (extra + " embedding").c_str());
   for (const auto& s : hs.reg.specs()) {
     std::vector<double> x(hs.params.begin() + s.offset, hs.params.begin() + s.offset + s.numel);
     std::vector<double> analytic(hs.grads.begin() + s.offset, hs.grads.begin() + s.offset + s.numel);
@@ -332,14 +332,14 @@ void check_interface_gradients(const std::string& extra) {
       std::copy(x.begin(), x.end(), hs.params.begin() + s.offset);
       return loss();
     };
-    const auto numeric = test::numeric_grad(x, loss_p, 1e-5);
+    const auto numeric = test::numeric_grad(x, loss_p, 1e-4);
     std::copy(x.begin(), x.end(), hs.params.begin() + s.offset);
     if (structurally_zero(s.name)) {
       for (double g : analytic) EXPECT_LT(std::abs(g), 1e-15) << s.name;
       continue;
     }
-    // h = 1e-5: truncation ~h² and rounding noise ~1e-16·|L|/h ≈ 1e-9 (|L| ≲ 100) stay below 1e-6 of
-    // max(tensor scale, 1e-2); measured: the noise grows as h shrinks, the error is not a bias.
+    // h = 1e-4: truncation ~h²·f''' (measured ≲ 3e-7 relative) and rounding noise ~1e-16·|L|/h stay
+    // below 1e-6 of max(tensor scale, 1e-2). At h = 1e-5 the error grew tenfold: noise, not a bias.
     expect_grad_close_floor(analytic, numeric, 1e-6, 1e-2, extra + " " + s.name);
   }
 }
@@ -355,7 +355,7 @@ TEST(ResidualGrad, InterfaceHyper) {
 }
 TEST(ResidualGrad, InterfaceMhc) {
   OneThread one;
-  check_interface_gradients("residual.kind = mhc\nresidual.streams = 2\n");
+  check_interface_gradients("residual.kind = mhc\nresidual.streams = 2\n", 19);  // a full and a padded token group
   check_interface_gradients("residual.kind = mhc\nresidual.streams = 4\n");
   check_interface_gradients("residual.kind = mhc\nresidual.streams = 3\nresidual.mhc.sinkhorn_iters = 5\n");
 }

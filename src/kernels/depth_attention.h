@@ -72,59 +72,80 @@ void depth_attention_forward(Real* out, Real* weights, const Real* const* keys, 
 
 // Accumulates (+=) into dkeys, dvalues (R pointers to (N,C); a key and a value gradient may be the
 // same buffer) and dw (C). dout (N,C); weights (N,R) from the forward; scratch (N,R).
+// dw sums over rows. With dw_partials (partial_threads × C entries) each thread accumulates its rows'
+// share while the keys are in cache, and the partials are summed at the end; without, a second pass
+// over the keys splits the columns among threads. Both are race-free; the first reads the keys once.
 template <class Real>
 void depth_attention_backward(Real* const* dkeys, Real* const* dvalues, Real* dw, Real* scratch, const Real* dout,
                               const Real* weights, const Real* const* keys, const Real* const* key_inv_rms,
-                              const Real* const* values, const Real* w, int N, int R, int C) {
-  // Pass 1 (rows): ds_r/ρ_r into scratch, value and key gradients of every candidate.
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; ++i) {
-    const Real* a = weights + (size_t)i * R;
-    Real* g = scratch + (size_t)i * R;
-    const size_t row = (size_t)i * C;
-    const Real* dy = dout + row;
-    Real mean_e = 0;
-    for (int r = 0; r < R; ++r) {
-      const Real* v = values[r] + row;
-      Real e = 0;
-#pragma omp simd reduction(+ : e)
-      for (int c = 0; c < C; ++c) e += dy[c] * v[c];
-      g[r] = e;
-      mean_e += a[r] * e;  // = dout·out
-    }
-    for (int r = 0; r < R; ++r) {
-      const Real ar = a[r];
-      Real* dv = dvalues[r] + row;
-#pragma omp simd
-      for (int c = 0; c < C; ++c) dv[c] += ar * dy[c];
-      const Real inv_rho = key_inv_rms[r][i];
-      const Real ds = ar * (g[r] - mean_e);
-      g[r] = ds * inv_rho;
-      const Real* k = keys[r] + row;  // raw K_r; k_r = K_r/ρ_r
-      Real s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int c = 0; c < C; ++c) s += w[c] * k[c];
-      // dK_r += (ds/ρ)(w − (s_r/C) k_r) with s_r = (w·K_r)/ρ and k_r = K_r/ρ.
-      const Real coef = g[r] * (s * inv_rho) * inv_rho / Real(C);
-      Real* dk = dkeys[r] + row;
-      const Real gr = g[r];
-#pragma omp simd
-      for (int c = 0; c < C; ++c) dk[c] += gr * w[c] - coef * k[c];
-    }
-  }
-  // Pass 2 (columns): dw[c] += Σ_i Σ_r (ds_r/ρ_r)·K_r[i,c]; each thread owns a column range.
-#pragma omp parallel
+                              const Real* const* values, const Real* w, int N, int R, int C, Real* dw_partials = nullptr,
+                              int partial_threads = 0) {
+  const bool fused = dw_partials != nullptr;
+  const int n_threads = fused ? std::min(partial_threads, omp_get_max_threads()) : omp_get_max_threads();
+#pragma omp parallel num_threads(n_threads)
   {
-    const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int chunk = ((C + n_threads - 1) / n_threads + 15) / 16 * 16;
-    const int c0 = std::min(C, thread * chunk), c1 = std::min(C, c0 + chunk);
-    for (int i = 0; i < N; ++i)
+    Real* part = fused ? dw_partials + (size_t)omp_get_thread_num() * C : nullptr;
+    if (fused)
+      for (int c = 0; c < C; ++c) part[c] = 0;
+    // Pass 1 (rows): ds_r/ρ_r into scratch, value and key gradients of every candidate.
+#pragma omp for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const Real* a = weights + (size_t)i * R;
+      Real* g = scratch + (size_t)i * R;
+      const size_t row = (size_t)i * C;
+      const Real* dy = dout + row;
+      Real mean_e = 0;
       for (int r = 0; r < R; ++r) {
-        const Real g = scratch[(size_t)i * R + r];
-        const Real* k = keys[r] + (size_t)i * C;
-#pragma omp simd
-        for (int c = c0; c < c1; ++c) dw[c] += g * k[c];
+        const Real* v = values[r] + row;
+        Real e = 0;
+#pragma omp simd reduction(+ : e)
+        for (int c = 0; c < C; ++c) e += dy[c] * v[c];
+        g[r] = e;
+        mean_e += a[r] * e;  // = dout·out
       }
+      for (int r = 0; r < R; ++r) {
+        const Real ar = a[r];
+        Real* dv = dvalues[r] + row;
+#pragma omp simd
+        for (int c = 0; c < C; ++c) dv[c] += ar * dy[c];
+        const Real inv_rho = key_inv_rms[r][i];
+        const Real ds = ar * (g[r] - mean_e);
+        g[r] = ds * inv_rho;
+        const Real* k = keys[r] + row;  // raw K_r; k_r = K_r/ρ_r
+        Real s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; ++c) s += w[c] * k[c];
+        // dK_r += (ds/ρ)(w − (s_r/C) k_r) with s_r = (w·K_r)/ρ and k_r = K_r/ρ.
+        const Real coef = g[r] * (s * inv_rho) * inv_rho / Real(C);
+        Real* dk = dkeys[r] + row;
+        const Real gr = g[r];
+#pragma omp simd
+        for (int c = 0; c < C; ++c) dk[c] += gr * w[c] - coef * k[c];
+        if (fused) {
+#pragma omp simd
+          for (int c = 0; c < C; ++c) part[c] += gr * k[c];
+        }
+      }
+    }  // implicit barrier: every partial (or every scratch row) is complete
+    // Pass 2 (columns): dw[c] += Σ_threads part[c], or Σ_i Σ_r (ds_r/ρ_r)·K_r[i,c]; each thread owns a column range.
+    const int nt = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int chunk = ((C + nt - 1) / nt + 15) / 16 * 16;
+    const int c0 = std::min(C, thread * chunk), c1 = std::min(C, c0 + chunk);
+    if (fused) {
+      for (int t = 0; t < nt; ++t) {
+        const Real* pt = dw_partials + (size_t)t * C;
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) dw[c] += pt[c];
+      }
+    } else {
+      for (int i = 0; i < N; ++i)
+        for (int r = 0; r < R; ++r) {
+          const Real g = scratch[(size_t)i * R + r];
+          const Real* k = keys[r] + (size_t)i * C;
+#pragma omp simd
+          for (int c = c0; c < c1; ++c) dw[c] += g * k[c];
+        }
+    }
   }
 }
 

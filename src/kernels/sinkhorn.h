@@ -15,6 +15,7 @@
 namespace attnlab::kernels {
 
 inline constexpr double kSinkhornFloor = 1e-30;
+inline constexpr int kSinkhornMaxGroup = 16;  // matrices per batched call (ld ≤ this)
 
 // Entries of work memory sinkhorn_backward needs: every iterate M⁰…M^{2·iters}, and the running gradient.
 inline size_t sinkhorn_work_size(int n, int iters) { return (size_t)(2 * iters + 2) * n * n; }
@@ -41,6 +42,40 @@ void exp_shifted(Real* m, const Real* logits, int n) {
   for (int i = 0; i < n * n; ++i) m[i] = std::exp(logits[i] - mx);
 }
 }  // namespace sinkhorn_detail
+
+namespace batch_detail {
+template <class Real>
+void normalize(Real* dst, const Real* src, int n, int ld, bool by_rows) {
+  for (int a = 0; a < n; ++a) {
+    Real inv[kSinkhornMaxGroup];
+    for (int t = 0; t < ld; ++t) inv[t] = 0;
+    for (int b = 0; b < n; ++b) {
+      const Real* x = src + (size_t)(by_rows ? a * n + b : b * n + a) * ld;
+#pragma omp simd
+      for (int t = 0; t < ld; ++t) inv[t] += x[t];
+    }
+#pragma omp simd
+    for (int t = 0; t < ld; ++t) inv[t] = Real(1) / std::max(inv[t], Real(kSinkhornFloor));
+    for (int b = 0; b < n; ++b) {
+      const size_t i = (size_t)(by_rows ? a * n + b : b * n + a) * ld;
+#pragma omp simd
+      for (int t = 0; t < ld; ++t) dst[i + t] = src[i + t] * inv[t];
+    }
+  }
+}
+
+template <class Real>
+void exp_shifted(Real* m, const Real* logits, int nn, int ld) {
+  Real mx[kSinkhornMaxGroup];
+  for (int t = 0; t < ld; ++t) mx[t] = logits[t];
+  for (int k = 1; k < nn; ++k)
+#pragma omp simd
+    for (int t = 0; t < ld; ++t) mx[t] = std::max(mx[t], logits[(size_t)k * ld + t]);
+  for (int k = 0; k < nn; ++k)
+#pragma omp simd
+    for (int t = 0; t < ld; ++t) m[(size_t)k * ld + t] = std::exp(logits[(size_t)k * ld + t] - mx[t]);
+}
+}  // namespace batch_detail
 
 // out (n,n) = SK(logits (n,n)); out may alias logits.
 template <class Real>
@@ -80,6 +115,60 @@ void sinkhorn_backward(Real* dlogits, const Real* dout, const Real* logits, int 
     }
   }
   for (int i = 0; i < nn; ++i) dlogits[i] += g[i] * work[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batched over the tokens of a group: `ld` matrices stored entry-major, m[k·ld + g] for entry
+// k = s·n + u of matrix g, so that every step is one SIMD operation across the group. The per-token
+// functions above are the same arithmetic one matrix at a time (and the tests' reference).
+
+// m (n², ld): logits in, SK(logits) out, for all ld matrices.
+template <class Real>
+void sinkhorn_forward_batch(Real* m, int n, int iters, int ld) {
+  const int nn = n * n;
+  batch_detail::exp_shifted(m, m, nn, ld);
+  for (int k = 0; k < iters; ++k) {
+    batch_detail::normalize(m, m, n, ld, false);
+    batch_detail::normalize(m, m, n, ld, true);
+  }
+}
+
+// dlogits (n², ld) += the gradient through SK of dout (n², ld), for logits (n², ld).
+// work: sinkhorn_work_size(n, iters)·ld entries.
+template <class Real>
+void sinkhorn_backward_batch(Real* dlogits, const Real* dout, const Real* logits, int n, int iters, int ld, Real* work) {
+  const int nn = n * n;
+  const size_t step = (size_t)nn * ld;
+  batch_detail::exp_shifted(work, logits, nn, ld);
+  for (int k = 0; k < 2 * iters; ++k) batch_detail::normalize(work + (k + 1) * step, work + k * step, n, ld, k % 2 == 1);
+  Real* g = work + (size_t)(2 * iters + 1) * step;
+  std::copy(dout, dout + step, g);
+  for (int k = 2 * iters - 1; k >= 0; --k) {
+    const Real* in = work + k * step;
+    const Real* out = work + (k + 1) * step;
+    const bool by_rows = k % 2 == 1;
+    for (int a = 0; a < n; ++a) {
+      Real sum[kSinkhornMaxGroup], dot[kSinkhornMaxGroup];
+      for (int t = 0; t < ld; ++t) sum[t] = dot[t] = 0;
+      for (int b = 0; b < n; ++b) {
+        const size_t i = (size_t)(by_rows ? a * n + b : b * n + a) * ld;
+#pragma omp simd
+        for (int t = 0; t < ld; ++t) {
+          sum[t] += in[i + t];
+          dot[t] += g[i + t] * out[i + t];
+        }
+      }
+#pragma omp simd
+      for (int t = 0; t < ld; ++t) sum[t] = Real(1) / std::max(sum[t], Real(kSinkhornFloor));
+      for (int b = 0; b < n; ++b) {
+        const size_t i = (size_t)(by_rows ? a * n + b : b * n + a) * ld;
+#pragma omp simd
+        for (int t = 0; t < ld; ++t) g[i + t] = (g[i + t] - dot[t]) * sum[t];
+      }
+    }
+  }
+#pragma omp simd
+  for (size_t i = 0; i < step; ++i) dlogits[i] += g[i] * work[i];
 }
 
 // Naive reference in double: the same iteration written plainly, returning the final matrix.

@@ -145,7 +145,7 @@ std::vector<KeyDef> make_keys() {
   add_choice("residual.kind", [](Config& c) -> std::string& { return c.residual.kind; }, {"standard", "attnres", "hyper", "mhc", "dar"});
   add_int("residual.block_size", [](Config& c) -> int& { return c.residual.block_size; }, 1, 1 << 20,
           [](const Config& c) { return c.residual.blocks_kind(); }, "residual.kind is neither attnres nor dar");
-  add_int("residual.streams", [](Config& c) -> int& { return c.residual.streams; }, 2, 64,
+  add_int("residual.streams", [](Config& c) -> int& { return c.residual.streams; }, 2, 16,
           [](const Config& c) { return c.residual.streams_kind(); }, "residual.kind is neither hyper nor mhc");
   add_float("residual.hc.scale_init", [](Config& c) -> double& { return c.residual.hc_scale_init; }, -1e3, 1e3,
             [](const Config& c) { return c.residual.kind == "hyper"; }, "residual.kind is not hyper");

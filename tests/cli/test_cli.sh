@@ -60,6 +60,28 @@ out2=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed
 printf '1 2 3 4 5 6\n' >"$WORK/seq.txt"
 "$BIN" grads --checkpoint "$CK" --tokens "$WORK/seq.txt" --out "$WORK/g.safetensors" >/dev/null 2>&1 && ok grads || bad grads
 
+# every residual kind through the whole tool: train (with a checkpoint), resume, eval, forward, sample, grads, info
+for kind in "attnres --set residual.block_size=2" "attnres" "hyper --set residual.streams=2" "mhc"; do
+  name=${kind%% *}
+  dir="$WORK/res_${kind// /_}"
+  dir=${dir//=/_}
+  # shellcheck disable=SC2086  # $kind holds "kind --set key=value"
+  if "$BIN" train "${common[@]}" --set "train.out_dir=\"$dir\"" --set train.steps=6 --set train.ckpt_every=3 \
+       --set train.eval_every=3 --set residual.kind=$kind --quiet >"$WORK/res.log" 2>&1 \
+     && "$BIN" train --resume "$dir/step_000003.safetensors" --quiet >>"$WORK/res.log" 2>&1 \
+     && "$BIN" eval --checkpoint "$dir/model.safetensors" --data "$WORK/data/val.bin" --batches 2 2>&1 | grep -q perplexity \
+     && "$BIN" forward --checkpoint "$dir/model.safetensors" --tokens "$WORK/ids.txt" --out "$dir/l.npy" >/dev/null 2>&1 \
+     && "$BIN" sample --checkpoint "$dir/model.safetensors" --prompt "In the beginning" -n 5 --seed 1 >/dev/null 2>&1 \
+     && "$BIN" grads --checkpoint "$dir/model.safetensors" --tokens "$WORK/seq.txt" --out "$dir/g.safetensors" >/dev/null 2>&1 \
+     && "$BIN" info --preset tiny --set residual.kind=$kind | grep -q "of which residual ($name)"; then
+    ok "residual.kind=$kind: train, resume, eval, forward, sample, grads, info"
+  else
+    bad "residual.kind=$kind: $(tail -3 "$WORK/res.log")"
+  fi
+done
+expect_error "dar not implemented yet" "residual.kind = dar" "$BIN" info --set residual.kind=dar
+expect_error "inactive residual key" "residual.streams" "$BIN" info --set residual.kind=attnres --set residual.streams=2
+
 # resume continues from the step-10 checkpoint
 "$BIN" train --resume "$WORK/run/step_000010.safetensors" --set train.steps=12 --quiet >"$WORK/resume.log" 2>&1 && ok resume || bad "resume: $(tail -3 "$WORK/resume.log")"
 

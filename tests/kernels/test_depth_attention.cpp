@@ -52,7 +52,8 @@ TEST(DepthAttention, MatchesNaiveFloat) {
 }
 
 // Loss = <G, out>; FD of every key, value and query entry. shared = AttnRes (keys are the values).
-void check_gradients(bool shared) {
+// fused: dw through per-thread partials (3 slots, more than the threads used) instead of the column pass.
+void check_gradients(bool shared, bool fused = false) {
   const int N = 4, R = 3, C = 8;
   Candidates<double> k(N, R, C, 1), v(N, R, C, 30);
   Candidates<double>& vals = shared ? k : v;
@@ -74,8 +75,9 @@ void check_gradients(bool shared) {
     dk_ptr.push_back(dk[r].data());
     dv_ptr.push_back(shared ? dk[r].data() : dv[r].data());
   }
+  std::vector<double> partials(3 * C);
   depth_attention_backward(dk_ptr.data(), dv_ptr.data(), dw.data(), scratch.data(), G.data(), a.data(), k.ptr.data(),
-                           k.inv_ptr.data(), vals.ptr.data(), w.data(), N, R, C);
+                           k.inv_ptr.data(), vals.ptr.data(), w.data(), N, R, C, fused ? partials.data() : nullptr, 3);
   for (int r = 0; r < R; ++r) {
     // accumulation: subtract the initial 0.5 (keys) and −1 (values, separate lists only)
     std::vector<double> gk = dk[r], gv = dv[r];
@@ -90,6 +92,10 @@ void check_gradients(bool shared) {
 
 TEST(DepthAttention, GradientsSeparateKeysAndValues) { check_gradients(false); }
 TEST(DepthAttention, GradientsSharedCandidates) { check_gradients(true); }
+TEST(DepthAttention, GradientsFusedQueryReduction) {
+  check_gradients(false, true);
+  check_gradients(true, true);
+}
 
 TEST(DepthAttention, ZeroQueryIsExactMean) {
   // §4.5: w = 0 makes every weight exactly 1/R (all scores 0, exp(0) = 1).

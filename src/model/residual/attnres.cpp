@@ -12,6 +12,8 @@
 // Backward: one gradient accumulator per history entry. A block's partial states share the
 // accumulator of the entry they become (d partial_before += d partial_after, §4.4, is then free):
 // when sublayer l's backward runs, dE[b(l)+1] holds exactly dLoss/dS_l = dLoss/do_l.
+#include <omp.h>
+
 #include <cstring>
 #include <vector>
 
@@ -28,7 +30,8 @@ struct AttnResState : ResidualState {
   T *final_out = nullptr, *final_weights = nullptr;
   // backward
   std::vector<T*> dE;           // per history entry (N, C)
-  T *dh = nullptr, *scratch = nullptr;
+  T *dh = nullptr, *scratch = nullptr, *dw_partials = nullptr;  // dw_partials: (threads, C), kernels/depth_attention.h
+  int threads = 0;
   // per sublayer l: candidate values, their 1/ρ and gradient accumulators; index 2L+1: the read-out
   std::vector<std::vector<const T*>> cand, cand_inv;
   std::vector<std::vector<T*>> dcand;
@@ -83,6 +86,8 @@ class AttnRes final : public Residual<T> {
       for (auto& d : s.dE) d = arena.template take<T>(rows * C_);
       s.dh = arena.template take<T>(rows * C_);
       s.scratch = arena.template take<T>(rows * n_entries_);
+      if (!arena.committed()) s.threads = omp_get_max_threads();
+      s.dw_partials = arena.template take<T>((size_t)s.threads * C_);
     }
     if (!arena.committed()) s.bytes = arena.planned() - before;
     // Candidate lists (§4.2): e and the completed entries, then the open block's partial, if any.
@@ -145,7 +150,8 @@ class AttnRes final : public Residual<T> {
     auto& s = st(rs);
     const int f = L2_ + 1;
     kernels::depth_attention_backward(s.dcand[f].data(), s.dcand[f].data(), dw_[f], s.scratch, s.dh, s.final_weights,
-                                      s.cand[f].data(), s.cand_inv[f].data(), s.cand[f].data(), w_[f], N, n_entries_, C_);
+                                      s.cand[f].data(), s.cand_inv[f].data(), s.cand[f].data(), w_[f], N, n_entries_, C_, s.dw_partials,
+                                      s.threads);
   }
   const T* branch_grad(ResidualState& rs, int l, int) const override { return st(rs).dE[block(l) + 1]; }
   T* input_grad(ResidualState& rs, int l, int N) const override {
@@ -158,7 +164,8 @@ class AttnRes final : public Residual<T> {
     if (l == 1) return;
     auto& s = st(rs);
     kernels::depth_attention_backward(s.dcand[l].data(), s.dcand[l].data(), dw_[l], s.scratch, s.dh, s.weights[l],
-                                      s.cand[l].data(), s.cand_inv[l].data(), s.cand[l].data(), w_[l], N, candidates(l), C_);
+                                      s.cand[l].data(), s.cand_inv[l].data(), s.cand[l].data(), w_[l], N, candidates(l), C_, s.dw_partials,
+                                      s.threads);
   }
   const T* embedding_grad(ResidualState& rs, int) const override { return st(rs).dE[0]; }
 

@@ -4,10 +4,10 @@
 //   A_su = s_α tanh(X̄_s·Wr[:,u]) + A0_su;  u = Σ_s m_s X_s;  o = F_l(u);  X′_u = β_u o + Σ_s A_su X_s
 // At init (w = 0, β0 = 1, m0 = e_{h(l)}, A0 = I) every stream equals the standard residual stream.
 //
-// The three projections share one GEMM: the weights are packed per call into W = [w_β | w_m | Wr]
-// (d × (n+2)), P = X·W over the N·n stream rows, and X̄·W = rstd∘P (X̄ is never materialised). The
-// backward [Derived, §5.2] gathers the per-token map gradients z, then dW = Xᵀ(rstd∘z) and
-// dX += RMSNorm_ng backward of z·Wᵀ, two more GEMMs.
+// The three projections share one GEMM: the weights are packed per call, transposed, into
+// Wᵀ = [w_β | w_m | Wr]ᵀ ((n+2) × d), and a = X̄·W = rstd∘(X·W) over the N·n stream rows (X̄ is never
+// materialised). The backward [Derived, §5.2] gathers the per-token map gradients z, then
+// dWᵀ = (rstd∘z)ᵀX (a GEMM) and dX += RMSNorm_ng backward of z·Wᵀ in one fused pass (streams.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -24,11 +24,11 @@ template <class T>
 struct HyperState : ResidualState {
   T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
   std::vector<T*> X;               // 2L+1 states (N, n, d); inference: two, alternating
-  std::vector<T*> rstd, tau;       // per sublayer: 1/ρ (N·n), tanh of the projections (N·n, n+2)
+  std::vector<T*> rstd, pre, tau;  // per sublayer: 1/ρ (N·n), the projections a = X̄·W and tanh(a) (N·n, n+2)
   std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
   T *final_out = nullptr, *pack = nullptr;
   // backward
-  T *dX[2] = {nullptr, nullptr}, *Y = nullptr, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
+  T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
     *dpack = nullptr, *sums = nullptr;
   int cur = 0;  // dX[cur] holds dLoss/dX_l during sublayer l's backward
 };
@@ -77,16 +77,18 @@ class Hyper final : public Residual<T> {
     s.e = arena.template take<T>(rows * C_);
     s.X.assign(L2_ + 1, nullptr);
     s.rstd.assign(L2_ + 1, nullptr);
+    s.pre.assign(L2_ + 1, nullptr);
     s.tau.assign(L2_ + 1, nullptr);
     s.h.assign(L2_ + 1, nullptr);
     s.o.assign(L2_ + 1, nullptr);
     // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
     T* alt[2] = {nullptr, nullptr};
-    T *rstd = nullptr, *tau = nullptr, *h = nullptr, *o = nullptr;
+    T *rstd = nullptr, *pre = nullptr, *tau = nullptr, *h = nullptr, *o = nullptr;
     if (!training) {
       alt[0] = arena.template take<T>(rows * nd);
       alt[1] = arena.template take<T>(rows * nd);
       rstd = arena.template take<T>(rows * n_);
+      pre = arena.template take<T>(rows * n_ * P_);
       tau = arena.template take<T>(rows * n_ * P_);
       h = arena.template take<T>(rows * C_);
       o = arena.template take<T>(rows * C_);
@@ -95,6 +97,7 @@ class Hyper final : public Residual<T> {
       s.X[l] = training ? arena.template take<T>(rows * nd) : alt[l % 2];
       if (l == 0) continue;
       s.rstd[l] = training ? arena.template take<T>(rows * n_) : rstd;
+      s.pre[l] = training ? arena.template take<T>(rows * n_ * P_) : pre;
       s.tau[l] = training ? arena.template take<T>(rows * n_ * P_) : tau;
       s.h[l] = training ? arena.template take<T>(rows * C_) : h;
       s.o[l] = training ? arena.template take<T>(rows * C_) : o;
@@ -104,7 +107,6 @@ class Hyper final : public Residual<T> {
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd);
       s.dX[1] = arena.template take<T>(rows * nd);
-      s.Y = arena.template take<T>(rows * nd);
       s.dh = arena.template take<T>(rows * C_);
       s.dout = arena.template take<T>(rows * C_);
       s.z = arena.template take<T>(rows * n_ * P_);
@@ -122,16 +124,17 @@ class Hyper final : public Residual<T> {
     auto& s = st(rs);
     const Params& p = p_[l];
     const T* X = s.X[l - 1];
-    T *rstd = s.rstd[l], *tau = s.tau[l], *h = s.h[l];
+    T *rstd = s.rstd[l], *pre = s.pre[l], *tau = s.tau[l], *h = s.h[l];
     kernels::rms_inverse(rstd, X, N * n_, C_);
     pack(s.pack, p);
-    gemm(false, false, N * n_, P_, C_, T(1), X, C_, s.pack, P_, T(0), tau, P_);
+    gemm(false, true, N * n_, P_, C_, T(1), X, C_, s.pack, C_, T(0), pre, P_);
     const T s_alpha = *p.s_alpha;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
+      T* a = pre + (size_t)i * n_ * P_;
       T* t = tau + (size_t)i * n_ * P_;
       for (int r = 0; r < n_; ++r)
-        for (int j = 0; j < P_; ++j) t[r * P_ + j] = std::tanh(rstd[(size_t)i * n_ + r] * t[r * P_ + j]);
+        for (int j = 0; j < P_; ++j) t[r * P_ + j] = std::tanh(a[r * P_ + j] *= rstd[(size_t)i * n_ + r]);
       T* y = h + (size_t)i * C_;
       std::memset(y, 0, sizeof(T) * C_);
       for (int r = 0; r < n_; ++r) {  // u = Σ_s m_s X_s
@@ -266,12 +269,11 @@ class Hyper final : public Residual<T> {
     for (int k = 0; k < n * n; ++k) g.a0[k] += s.sums[2 * n + k];
     *g.s_beta += s.sums[2 * n + n * n];
     *g.s_alpha += s.sums[2 * n + n * n + 1];
-    // dW = Xᵀ(rstd∘z), then dX += RMSNorm_ng backward of (rstd∘z)·Wᵀ.
+    // dWᵀ = (rstd∘z)ᵀX, then dX += RMSNorm_ng backward of z·Wᵀ.
     pack(s.pack, p);
-    gemm(true, false, C_, P_, N * n, T(1), X, C_, s.z, P_, T(0), s.dpack, P_);
+    gemm(true, false, P_, C_, N * n, T(1), s.z, P_, X, C_, T(0), s.dpack, C_);
     unpack_add(g, s.dpack);
-    gemm(false, true, N * n, C_, P_, T(1), s.z, P_, s.pack, P_, T(0), s.Y, C_);
-    streams::rms_ng_backward(dX, s.Y, X, rstd, (size_t)N * n, C_);
+    streams::project_back_rms_ng(dX, s.z, s.pre[l], s.pack, X, rstd, (size_t)N * n, P_, C_);
     s.cur = 1 - s.cur;
   }
   const T* embedding_grad(ResidualState& rs, int N) const override {
@@ -285,19 +287,19 @@ class Hyper final : public Residual<T> {
   static HyperState<T>& st(ResidualState& s) { return static_cast<HyperState<T>&>(s); }
   static const HyperState<T>& cst(const ResidualState& s) { return static_cast<const HyperState<T>&>(s); }
   int per_token_cols() const { return 2 * n_ + n_ * n_ + 2; }
-  // W = [w_β | w_m | Wr] (d × (n+2)), the layout of the projection GEMM.
-  void pack(T* W, const Params& p) const {
+  // Wᵀ = [w_β | w_m | Wr]ᵀ ((n+2) × d): the projections' weights as rows, for both GEMMs and the fused backward.
+  void pack(T* WT, const Params& p) const {
     for (int c = 0; c < C_; ++c) {
-      W[c * P_] = p.w_beta[c];
-      W[c * P_ + 1] = p.w_m[c];
-      for (int u = 0; u < n_; ++u) W[c * P_ + 2 + u] = p.w_r[c * n_ + u];
+      WT[c] = p.w_beta[c];
+      WT[C_ + c] = p.w_m[c];
+      for (int u = 0; u < n_; ++u) WT[(size_t)(2 + u) * C_ + c] = p.w_r[c * n_ + u];
     }
   }
-  void unpack_add(const Params& g, const T* dW) const {
+  void unpack_add(const Params& g, const T* dWT) const {
     for (int c = 0; c < C_; ++c) {
-      g.w_beta[c] += dW[c * P_];
-      g.w_m[c] += dW[c * P_ + 1];
-      for (int u = 0; u < n_; ++u) g.w_r[c * n_ + u] += dW[c * P_ + 2 + u];
+      g.w_beta[c] += dWT[c];
+      g.w_m[c] += dWT[C_ + c];
+      for (int u = 0; u < n_; ++u) g.w_r[c * n_ + u] += dWT[(size_t)(2 + u) * C_ + c];
     }
   }
 

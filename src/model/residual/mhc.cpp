@@ -7,9 +7,10 @@
 // h(l) = (l−1) mod n and of (1−home_weight)/(n−1) elsewhere, bres = ln(res_diag(n−1)/(1−res_diag))·I:
 // rows of Hres and Hpre sum to 1 and Hpost = 1, so every stream equals the standard residual stream.
 //
-// One GEMM computes all three projections: Φ packed per call as [Φpre | Φpost | Φres] (nd × M),
-// M = n² + 2n, and x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per token); the
-// backward [Derived, §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres.
+// One GEMM computes all three projections: Φ packed per call, transposed, as [Φpre | Φpost | Φres]ᵀ
+// (M × nd), M = n² + 2n, and x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per
+// token); the backward [Derived, §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres,
+// forms dΦᵀ = zᵀx⃗ by a GEMM and the state's gradient in one fused pass (streams.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +27,8 @@
 namespace attnlab {
 namespace {
 
+constexpr int kMaxStreams = 16;  // residual.streams is validated against it (config.cpp)
+
 template <class T>
 struct MhcState : ResidualState {
   T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
@@ -34,7 +37,7 @@ struct MhcState : ResidualState {
   std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
   T *final_out = nullptr, *pack = nullptr;
   // backward
-  T *dX[2] = {nullptr, nullptr}, *Y = nullptr, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
+  T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
     *dpack = nullptr, *sums = nullptr, *work = nullptr;
   int cur = 0, threads = 0;
 };
@@ -116,7 +119,6 @@ class Mhc final : public Residual<T> {
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd_);
       s.dX[1] = arena.template take<T>(rows * nd_);
-      s.Y = arena.template take<T>(rows * nd_);
       s.dh = arena.template take<T>(rows * C_);
       s.dout = arena.template take<T>(rows * C_);
       s.z = arena.template take<T>(rows * M_);
@@ -141,27 +143,40 @@ class Mhc final : public Residual<T> {
     const int n = n_;
     kernels::rms_inverse(rstd, X, N, nd_);
     pack(s.pack, p);
-    gemm(false, false, N, M_, nd_, T(1), X, nd_, s.pack, M_, T(0), proj, M_);
+    gemm(false, true, N, M_, nd_, T(1), X, nd_, s.pack, nd_, T(0), proj, M_);
     const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
+    // Groups of G tokens: the Sinkhorn iterations run as SIMD across the group (kernels/sinkhorn.h).
+    constexpr int G = kernels::kSinkhornMaxGroup;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; ++i) {
-      T* q = proj + (size_t)i * M_;
-      T* Hi = H + (size_t)i * M_;
-      for (int j = 0; j < M_; ++j) q[j] *= rstd[i];  // x̂Φ = rstd∘(x⃗Φ)
-      for (int s2 = 0; s2 < n; ++s2) {
-        Hi[s2] = T(1) / (T(1) + std::exp(-(a_pre * q[s2] + p.b_pre[s2])));
-        Hi[n + s2] = T(2) / (T(1) + std::exp(-(a_post * q[n + s2] + p.b_post[s2])));
+    for (int i0 = 0; i0 < N; i0 += G) {
+      const int count = std::min(G, N - i0);
+      T logits[kMaxStreams * kMaxStreams * G];
+      for (int g = 0; g < G; ++g) {
+        const int i = i0 + std::min(g, count - 1);  // a short last group repeats its last token
+        T* q = proj + (size_t)i * M_;
+        T* Hi = H + (size_t)i * M_;
+        if (g < count) {
+          for (int j = 0; j < M_; ++j) q[j] *= rstd[i];  // x̂Φ = rstd∘(x⃗Φ)
+          for (int s2 = 0; s2 < n; ++s2) {
+            Hi[s2] = T(1) / (T(1) + std::exp(-(a_pre * q[s2] + p.b_pre[s2])));
+            Hi[n + s2] = T(2) / (T(1) + std::exp(-(a_post * q[n + s2] + p.b_post[s2])));
+          }
+        }
+        for (int k = 0; k < n * n; ++k) logits[k * G + g] = a_res * q[2 * n + k] + p.b_res[k];
       }
-      T* Hres = Hi + 2 * n;
-      for (int k = 0; k < n * n; ++k) Hres[k] = a_res * q[2 * n + k] + p.b_res[k];
-      kernels::sinkhorn_forward(Hres, Hres, n, iters_);
-      T* y = h + (size_t)i * C_;
-      std::memset(y, 0, sizeof(T) * C_);
-      for (int s2 = 0; s2 < n; ++s2) {  // u = Σ_s Hpre_s X_s
-        const T* Xs = X + (size_t)i * nd_ + (size_t)s2 * C_;
-        const T w = Hi[s2];
+      kernels::sinkhorn_forward_batch(logits, n, iters_, G);
+      for (int g = 0; g < count; ++g) {
+        const int i = i0 + g;
+        T* Hi = H + (size_t)i * M_;
+        for (int k = 0; k < n * n; ++k) Hi[2 * n + k] = logits[k * G + g];
+        T* y = h + (size_t)i * C_;
+        std::memset(y, 0, sizeof(T) * C_);
+        for (int s2 = 0; s2 < n; ++s2) {  // u = Σ_s Hpre_s X_s
+          const T* Xs = X + (size_t)i * nd_ + (size_t)s2 * C_;
+          const T w = Hi[s2];
 #pragma omp simd
-        for (int c = 0; c < C_; ++c) y[c] += w * Xs[c];
+          for (int c = 0; c < C_; ++c) y[c] += w * Xs[c];
+        }
       }
     }
     return h;
@@ -235,56 +250,69 @@ class Mhc final : public Residual<T> {
     const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
     const int n = n_, M = M_, cols = M_ + 3;
     const size_t wpt = work_per_thread();
+    constexpr int G = kernels::kSinkhornMaxGroup;
 #pragma omp parallel num_threads(std::min(s.threads, omp_get_max_threads()))
     {
       T* work = s.work + (size_t)omp_get_thread_num() * wpt;
-      T* logits = work + kernels::sinkhorn_work_size(n, iters_);
-      T* dHres = logits + n * n;
 #pragma omp for schedule(static)
-      for (int i = 0; i < N; ++i) {
-        const T* Xi = X + (size_t)i * nd_;
-        const T* gi = dXn + (size_t)i * nd_;
-        const T* oi = o + (size_t)i * C_;
-        const T* dui = du + (size_t)i * C_;
-        const T* q = proj + (size_t)i * M;
-        const T* Hi = H + (size_t)i * M;
-        T* z = s.z + (size_t)i * M;
-        T* pt = s.per_token + (size_t)i * cols;  // [dH̃pre (n), dH̃post (n), dH̃res (n²), dα_pre, dα_post, dα_res]
-        for (int s2 = 0; s2 < n; ++s2) {
-          const T dpre = streams::dot(dui, Xi + (size_t)s2 * C_, C_);
-          const T dpost = streams::dot(gi + (size_t)s2 * C_, oi, C_);
-          pt[s2] = dpre * Hi[s2] * (1 - Hi[s2]);
-          pt[n + s2] = dpost * Hi[n + s2] * (1 - Hi[n + s2] / 2);
-          for (int u = 0; u < n; ++u) dHres[s2 * n + u] = streams::dot(gi + (size_t)s2 * C_, Xi + (size_t)u * C_, C_);
-        }
-        for (int u = 0; u < n; ++u) {  // dX_u = Σ_s Hres_su dX′_s + Hpre_u du (written; the map path comes later)
-          T* d = dX + (size_t)i * nd_ + (size_t)u * C_;
-          const T pre = Hi[u];
-#pragma omp simd
-          for (int c = 0; c < C_; ++c) d[c] = pre * dui[c];
+      for (int i0 = 0; i0 < N; i0 += G) {
+        const int count = std::min(G, N - i0);
+        T logits[kMaxStreams * kMaxStreams * G], dHres[kMaxStreams * kMaxStreams * G], dlogits[kMaxStreams * kMaxStreams * G];
+        for (int g = 0; g < G; ++g) {
+          const int i = i0 + std::min(g, count - 1);  // a short last group repeats its last token (its result unused)
+          const T* Xi = X + (size_t)i * nd_;
+          const T* gi = dXn + (size_t)i * nd_;
+          const T* oi = o + (size_t)i * C_;
+          const T* dui = du + (size_t)i * C_;
+          const T* q = proj + (size_t)i * M;
+          const T* Hi = H + (size_t)i * M;
+          T* pt = s.per_token + (size_t)i * cols;  // [dH̃pre (n), dH̃post (n), dH̃res (n²), dα_pre, dα_post, dα_res]
+          for (int k = 0; k < n * n; ++k) {
+            logits[k * G + g] = a_res * q[2 * n + k] + p.b_res[k];
+            dlogits[k * G + g] = 0;
+          }
+          for (int s2 = 0; s2 < n; ++s2)
+            for (int u = 0; u < n; ++u)
+              dHres[(s2 * n + u) * G + g] = g < count ? streams::dot(gi + (size_t)s2 * C_, Xi + (size_t)u * C_, C_) : T(0);
+          if (g >= count) continue;
           for (int s2 = 0; s2 < n; ++s2) {
-            const T a = Hi[2 * n + s2 * n + u];
-            const T* gs = gi + (size_t)s2 * C_;
+            const T dpre = streams::dot(dui, Xi + (size_t)s2 * C_, C_);
+            const T dpost = streams::dot(gi + (size_t)s2 * C_, oi, C_);
+            pt[s2] = dpre * Hi[s2] * (1 - Hi[s2]);
+            pt[n + s2] = dpost * Hi[n + s2] * (1 - Hi[n + s2] / 2);
+          }
+          for (int u = 0; u < n; ++u) {  // dX_u = Σ_s Hres_su dX′_s + Hpre_u du (written; the map path comes later)
+            T* d = dX + (size_t)i * nd_ + (size_t)u * C_;
+            const T pre = Hi[u];
 #pragma omp simd
-            for (int c = 0; c < C_; ++c) d[c] += a * gs[c];
+            for (int c = 0; c < C_; ++c) d[c] = pre * dui[c];
+            for (int s2 = 0; s2 < n; ++s2) {
+              const T a = Hi[2 * n + s2 * n + u];
+              const T* gs = gi + (size_t)s2 * C_;
+#pragma omp simd
+              for (int c = 0; c < C_; ++c) d[c] += a * gs[c];
+            }
           }
         }
-        for (int k = 0; k < n * n; ++k) {
-          logits[k] = a_res * q[2 * n + k] + p.b_res[k];
-          pt[2 * n + k] = 0;
+        kernels::sinkhorn_backward_batch(dlogits, dHres, logits, n, iters_, G, work);
+        for (int g = 0; g < count; ++g) {
+          const int i = i0 + g;
+          const T* q = proj + (size_t)i * M;
+          T* pt = s.per_token + (size_t)i * cols;
+          T* z = s.z + (size_t)i * M;
+          for (int k = 0; k < n * n; ++k) pt[2 * n + k] = dlogits[k * G + g];
+          T da_pre = 0, da_post = 0, da_res = 0;
+          for (int s2 = 0; s2 < n; ++s2) {
+            da_pre += pt[s2] * q[s2];
+            da_post += pt[n + s2] * q[n + s2];
+          }
+          for (int k = 0; k < n * n; ++k) da_res += pt[2 * n + k] * q[2 * n + k];
+          pt[M] = da_pre;
+          pt[M + 1] = da_post;
+          pt[M + 2] = da_res;
+          // z = rstd∘α∘dH̃: the gradient of x⃗Φ's row, for dΦ = x⃗ᵀz and dx̂ = z·Φᵀ/rstd.
+          for (int j = 0; j < M; ++j) z[j] = rstd[i] * (j < n ? a_pre : j < 2 * n ? a_post : a_res) * pt[j];
         }
-        kernels::sinkhorn_backward(pt + 2 * n, dHres, logits, n, iters_, work);
-        T da_pre = 0, da_post = 0, da_res = 0;
-        for (int s2 = 0; s2 < n; ++s2) {
-          da_pre += pt[s2] * q[s2];
-          da_post += pt[n + s2] * q[n + s2];
-        }
-        for (int k = 0; k < n * n; ++k) da_res += pt[2 * n + k] * q[2 * n + k];
-        pt[M] = da_pre;
-        pt[M + 1] = da_post;
-        pt[M + 2] = da_res;
-        // z = rstd∘α∘dH̃: the gradient of x⃗Φ's row, for dΦ = x⃗ᵀz and dx̂ = z·Φᵀ/rstd.
-        for (int j = 0; j < M; ++j) z[j] = rstd[i] * (j < n ? a_pre : j < 2 * n ? a_post : a_res) * pt[j];
       }
     }
     std::memset(s.sums, 0, sizeof(T) * cols);
@@ -295,10 +323,9 @@ class Mhc final : public Residual<T> {
     *g.alpha_post += s.sums[M + 1];
     *g.alpha_res += s.sums[M + 2];
     pack(s.pack, p);
-    gemm(true, false, nd_, M, N, T(1), X, nd_, s.z, M, T(0), s.dpack, M);
+    gemm(true, false, M, nd_, N, T(1), s.z, M, X, nd_, T(0), s.dpack, nd_);
     unpack_add(g, s.dpack);
-    gemm(false, true, N, nd_, M, T(1), s.z, M, s.pack, M, T(0), s.Y, nd_);
-    streams::rms_ng_backward(dX, s.Y, X, rstd, (size_t)N, nd_);
+    streams::project_back_rms_ng(dX, s.z, proj, s.pack, X, rstd, (size_t)N, M, nd_);
     s.cur = 1 - s.cur;
   }
   const T* embedding_grad(ResidualState& rs, int N) const override {
@@ -311,24 +338,28 @@ class Mhc final : public Residual<T> {
   struct Params { T *phi_pre, *phi_post, *phi_res, *alpha_pre, *alpha_post, *alpha_res, *b_pre, *b_post, *b_res; };
   static MhcState<T>& st(ResidualState& s) { return static_cast<MhcState<T>&>(s); }
   static const MhcState<T>& cst(const ResidualState& s) { return static_cast<const MhcState<T>&>(s); }
-  size_t work_per_thread() const { return kernels::sinkhorn_work_size(n_, iters_) + 2 * (size_t)n_ * n_; }
-  // Φ = [Φpre | Φpost | Φres] (nd × M), the layout of the projection GEMM.
-  void pack(T* W, const Params& p) const {
+  size_t work_per_thread() const { return kernels::sinkhorn_work_size(n_, iters_) * kernels::kSinkhornMaxGroup; }
+  // Φᵀ = [Φpre | Φpost | Φres]ᵀ (M × nd): the projections' weights as rows, for both GEMMs and the fused backward.
+  void pack(T* WT, const Params& p) const {
     const int n = n_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < nd_; ++r) {
-      T* row = W + (size_t)r * M_;
-      for (int k = 0; k < n; ++k) { row[k] = p.phi_pre[(size_t)r * n + k]; row[n + k] = p.phi_post[(size_t)r * n + k]; }
-      for (int k = 0; k < n * n; ++k) row[2 * n + k] = p.phi_res[(size_t)r * n * n + k];
+      for (int k = 0; k < n; ++k) {
+        WT[(size_t)k * nd_ + r] = p.phi_pre[(size_t)r * n + k];
+        WT[(size_t)(n + k) * nd_ + r] = p.phi_post[(size_t)r * n + k];
+      }
+      for (int k = 0; k < n * n; ++k) WT[(size_t)(2 * n + k) * nd_ + r] = p.phi_res[(size_t)r * n * n + k];
     }
   }
-  void unpack_add(const Params& g, const T* dW) const {
+  void unpack_add(const Params& g, const T* dWT) const {
     const int n = n_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < nd_; ++r) {
-      const T* row = dW + (size_t)r * M_;
-      for (int k = 0; k < n; ++k) { g.phi_pre[(size_t)r * n + k] += row[k]; g.phi_post[(size_t)r * n + k] += row[n + k]; }
-      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += row[2 * n + k];
+      for (int k = 0; k < n; ++k) {
+        g.phi_pre[(size_t)r * n + k] += dWT[(size_t)k * nd_ + r];
+        g.phi_post[(size_t)r * n + k] += dWT[(size_t)(n + k) * nd_ + r];
+      }
+      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += dWT[(size_t)(2 * n + k) * nd_ + r];
     }
   }
 

@@ -26,22 +26,32 @@ void add_column_sums(T* out, const T* rows, int N, int M, int ld) {
   }
 }
 
-// RMSNorm_ng backward (§0) of rows of length C, given Y = rstd·dX̄ (the maps' gradient projected back
-// through the weights, already scaled by rstd): dx += (dX̄ − X̄(X̄·dX̄)/C)·rstd = Y − x·rstd²·(x·Y)/C,
-// with X̄ = x·rstd. dx (rows, C) accumulates; Y, x (rows, C); rstd (rows).
+// The maps' backward into the state, in one pass per row (§0, §5.2, §5.3): with the forward
+// a = rstd·(x·W) (rows, P) of the projection W (C, P), and zs = rstd·dL/da (rows, P), it adds
+// RMSNorm_ng's backward of dx̄ = dL/da·Wᵀ:
+//   dx += (dx̄ − x̄(x̄·dx̄)/C)·rstd = zs·Wᵀ − k·x,  k = rstd²·(x·(zs·Wᵀ))/C = rstd·(zs·a)/C,
+// so x·Y needs no second pass over the row (x·Wᵀ's columns are a/rstd). WT (P, C) is W transposed.
+// dx, x (rows, C); rstd (rows). Replaces a (rows, P)×(P, C) GEMM (K = P ≤ 24, memory-bound, and
+// a full write and re-read of its output) followed by a separate norm backward.
 template <class T>
-void rms_ng_backward(T* dx, const T* Y, const T* x, const T* rstd, size_t rows, int C) {
+void project_back_rms_ng(T* dx, const T* zs, const T* a, const T* WT, const T* x, const T* rstd, size_t rows, int P, int C) {
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * C;
-    const T* yr = Y + r * C;
-    T* d = dx + r * C;
+    const T* z = zs + r * P;
+    const T* ar = a + r * P;
     T dot = 0;
-#pragma omp simd reduction(+ : dot)
-    for (int c = 0; c < C; ++c) dot += xr[c] * yr[c];
-    const T k = rstd[r] * rstd[r] * dot / T(C);
+    for (int j = 0; j < P; ++j) dot += z[j] * ar[j];
+    const T k = rstd[r] * dot / T(C);
+    const T* xr = x + r * C;
+    T* d = dx + r * C;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) d[c] += yr[c] - k * xr[c];
+    for (int c = 0; c < C; ++c) d[c] -= k * xr[c];
+    for (int j = 0; j < P; ++j) {
+      const T zj = z[j];
+      const T* w = WT + (size_t)j * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) d[c] += zj * w[c];
+    }
   }
 }
 
