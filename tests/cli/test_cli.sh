@@ -79,7 +79,6 @@ for kind in "attnres --set residual.block_size=2" "attnres" "hyper --set residua
     bad "residual.kind=$kind: $(tail -3 "$WORK/res.log")"
   fi
 done
-expect_error "dar not implemented yet" "residual.kind = dar" "$BIN" info --set residual.kind=dar
 expect_error "inactive residual key" "residual.streams" "$BIN" info --set residual.kind=attnres --set residual.streams=2
 
 # resume continues from the step-10 checkpoint
