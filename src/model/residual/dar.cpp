@@ -22,6 +22,7 @@ template <class T>
 T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
 
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+constexpr int kEntryRows = 16;  // tokens per block of entry_backward
 
 // ---------------------------------------------------------------------------------------------
 // The depth-attention primitive (kernels/depth_attention.h, §4.1) in row form: DAR reads for two
@@ -39,11 +40,11 @@ inline Real depth_key_inv_rms_row(const Real* x, int C) {
   return Real(1.0 / std::sqrt(double(sq) / C + kernels::kDepthKeyEps));
 }
 
-// Row i of the forward, part 1: a (Nc) = softmax_r(w·K_r[i]/ρ_r[i]), max-subtracted (§6.5 numerics).
-// keys[r] (N,C), key_inv_rms[r] (N), w (C).
+// Row i of the forward, part 1: a (Nc) = softmax_r(w·K_r[i]/ρ_r[i]), max-subtracted (§6.5 numerics);
+// the logits s_r too when `logits` is given. keys[r] (N,C), key_inv_rms[r] (N), w (C).
 template <class Real>
-inline void depth_softmax_row(Real* a, const Real* const* keys, const Real* const* key_inv_rms, const Real* w, size_t i,
-                              int Nc, int C) {
+inline void depth_softmax_row(Real* a, Real* logits, const Real* const* keys, const Real* const* key_inv_rms, const Real* w,
+                              size_t i, int Nc, int C) {
   Real mx = -std::numeric_limits<Real>::infinity();
   for (int r = 0; r < Nc; ++r) {
     const Real* k = keys[r] + i * C;
@@ -53,6 +54,8 @@ inline void depth_softmax_row(Real* a, const Real* const* keys, const Real* cons
     a[r] = s * key_inv_rms[r][i];
     mx = std::max(mx, a[r]);
   }
+  if (logits)  // s_r, kept for the key path of the backward
+    for (int r = 0; r < Nc; ++r) logits[r] = a[r];
   Real z = 0;
   for (int r = 0; r < Nc; ++r) {
     a[r] = std::exp(a[r] - mx);
@@ -243,7 +246,11 @@ DarMemory Dar<T>::memory_per_token(bool training) const {
     m.reads += 2 * C + (opt_.sep_v ? 2 * C : 0) + 2.0 * n;
     m.inputs_outputs += C + (training && q == S_ + 1 ? 0 : C);
   }
-  if (training) m.backward = C * (2 + 2.0 * (M_ - 1) + 4 + 2 + (opt_.sep_v ? 4 : 0));
+  // d e, dx_F, δH of the entries, δP ping-pong, do, dx, dR and dR̄ (sep_v), D^j per read, the dsn of
+  // entry_backward (2(S+1))
+  if (training) m.backward = C * (2 + 2.0 * (M_ - 1) + 4 + 2 + (opt_.sep_v ? 4 : 0)) + 2.0 * (S_ + 1) + 2.0 * (S_ + 1);
+  if (training)  // the logits of every read, for the key path of the backward
+    for (int q = 1; q <= S_ + 1; ++q) m.backward += 2.0 * slots_[q].n_cand;
   return m;
 }
 
@@ -266,6 +273,11 @@ void Dar<T>::plan(Arena& arena, int rows, bool training) {
   int n_max = 0;
   for (int q = 1; q <= S_ + 1; ++q) n_max = std::max(n_max, slots_[q].n_cand);
   e_ = arena.template take<T>(RC);
+  readers_.assign(M_, {});
+  for (int q = 1; q <= S_ + 1; ++q) {  // entry r is read by every read with more than r entries
+    const int entries = q == S_ + 1 ? M_ : 1 + (q - 1) / K_;
+    for (int r = 0; r < entries; ++r) readers_[r].push_back(q);
+  }
   e_inv_ = arena.template take<T>(rows);
   coef_ = arena.template take<T>((size_t)(S_ + 1) * 2 * C_ + (size_t)S_ * 2 * C_);
   // Per-read storage: one set per slot when training (the backward needs them all), one shared set
@@ -310,9 +322,20 @@ void Dar<T>::plan(Arena& arena, int rows, bool training) {
         d_read_[j] = arena.template take<T>(RC);
         d_read_bar_[j] = arena.template take<T>(RC);
       }
-    // Per thread: dw⁰, dw¹, dg partial sums and two dR̄ rows (5C), dsn and key coefficients of both
-    // targets (4·N_max); the write's backward reuses the first 2C + 1 for db⁰, db¹, dτ.
-    thread_stride_ = round16(5 * (size_t)C_ + 4 * (size_t)n_max + 1);
+    for (int q = 1; q <= S_ + 1; ++q)
+      for (int j = 0; j < 2; ++j) {
+        slots_[q].D[j] = arena.template take<T>(rows);
+        slots_[q].sc[j] = arena.template take<T>((size_t)rows * slots_[q].n_cand);
+      }
+    // entry_backward's matrices: dsn per (token, reader) and the readers' queries and their gradients
+    for (int j = 0; j < 2; ++j) {
+      entry_dsn_[j] = arena.template take<T>((size_t)rows * (S_ + 1));
+      entry_w_[j] = arena.template take<T>((size_t)(S_ + 1) * C_);
+      entry_dw_[j] = arena.template take<T>((size_t)(S_ + 1) * C_);
+    }
+    // Per thread: the query gradients of every read (2(S+2)·C), dg (C), db⁰, db¹, dτ (2C + 1, padded
+    // to 2C + 16) and entry_backward's two gradient blocks (2·kEntryRows·C).
+    thread_stride_ = round16((size_t)2 * (S_ + 2) * C_ + 3 * (size_t)C_ + 16 + 2 * (size_t)kEntryRows * C_);
     thread_scratch_ = arena.template take<T>(thread_stride_ * n_threads_);
   }
   if (arena.committed()) build_tables();
@@ -391,7 +414,8 @@ void Dar<T>::depth_read(Slot& q) {
     const size_t row = (size_t)i * C;
     for (int j = 0; j < 2; ++j) {
       T* a = q.a[j] + (size_t)i * Nc;
-      depth_softmax_row(a, q.keys[j].data(), q.key_inv[j].data(), q.w[j], (size_t)i, Nc, C);
+      depth_softmax_row(a, q.sc[j] ? q.sc[j] + (size_t)i * Nc : nullptr, q.keys[j].data(), q.key_inv[j].data(), q.w[j],
+                        (size_t)i, Nc, C);
       depth_values_row(q.Rbar[j] + row, a, q.values[j].data(), (size_t)i, Nc, C);
     }
     if (!sep_v) {
@@ -458,17 +482,39 @@ const T* Dar<T>::read_out(int N) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward. The parameter gradients are sums over tokens: each thread sums its own rows (static
-// schedule) into its slice of thread_scratch_, and the slices are added in thread order afterwards,
-// so the result is the same on every run with the same thread count, and the two streams' sums are
-// formed by identical operations (the bitwise symmetry of §6.7 invariant 1).
+// Backward (§6.4), organised around memory traffic. Done literally, every read's backward adds a
+// value and a key gradient into the accumulator of every candidate it read: at sublayer l that is a
+// read-modify-write of all N_l candidates of both streams, O(L²) passes over B·T·d buffers in all —
+// measured DRAM-bound at 3× the forward's cost for Full DAR at L = 12. Instead each read's backward
+// keeps only what the candidates' gradients need — dR̄^j (stored over R̄^j, which is dead by then)
+// and D^j = dR̄^j·R̄^j per token — and the gradient of history entry r is formed once, when the
+// backward reaches the sublayer that appended it (entry_backward), by one pass over its readers:
+//   δH^s_r = Σ_{readers q} Σ_j [vs(j) = s] a^j_{q,r} dR̄^j_q + [ks(j) = s] (dsn^j_{q,r} w^j_q − kc^j_{q,r} H^s_r)
+// with dsn = a(e − D)/ρ, e = dR̄^j_q·H^{vs(j)}_r, kc = dsn·s/(C·ρ) (§4.1's key path), and the same
+// pass adds dsn·H^{ks(j)}_r into dw^j_q. The partial candidate is needed at once (its gradient is
+// δP_old): read_backward handles it eagerly. Every reader of entry r comes after the sublayer that
+// appended it, so all of them have been through the backward when entry_backward(r) runs.
+//
+// Parameter gradients are sums over tokens: each thread sums its own rows (static schedule) into its
+// slice of thread_scratch_, and the slices are added in thread order afterwards, so the result is the
+// same on every run with the same thread count, and the two streams' sums are formed by identical
+// operations (the bitwise symmetry of §6.7 invariant 1). The query gradients stay in the slices for
+// the whole backward (pw(q, j) below) and are added into dw at its end.
 
 template <class T>
-void Dar<T>::depth_read_backward(Slot& q, const T* dx, bool assign) {
-  const int N = rows_, C = C_, Nc = q.n_cand, n_max_stride = (int)thread_stride_;
+T* Dar<T>::query_partial(int tid, int q, int j) const {
+  return thread_scratch_ + (size_t)tid * thread_stride_ + (size_t)(2 * q + j) * C_;
+}
+
+template <class T>
+void Dar<T>::depth_read_backward(Slot& q, const T* dx) {
+  const int N = rows_, C = C_, Nc = q.n_cand;
   const bool sep_v = opt_.sep_v;
   const DarRouting routing = opt_.routing;
   const T* coef[2] = {q.alpha, q.alpha_c};
+  const int qi = int(&q - slots_.data());
+  const bool with_partial = qi <= S_ && q.partial_present && opt_.include_partial;
+  const int m = Nc - 1;  // the partial's candidate index, if with_partial
   if (sep_v) {
     // dR^j = coef_j∘dx;  dW^j_V += R̄^jᵀ dR^j;  dR̄^j = dR^j W^jᵀ_V   (§6.4 DepthAttnBackward, sep_v)
 #pragma omp parallel for schedule(static)
@@ -483,98 +529,183 @@ void Dar<T>::depth_read_backward(Slot& q, const T* dx, bool assign) {
       gemm(false, true, N, C, C, T(1), d_read_[j], C, value_w_[j], C, T(0), d_read_bar_[j], C);
     }
   }
-  int team = 1;
+  const size_t off_pg = (size_t)2 * (S_ + 2) * C;
   const int n_threads = std::min(omp_get_max_threads(), n_threads_);
 #pragma omp parallel num_threads(n_threads)
   {
     const int tid = omp_get_thread_num();
-    if (tid == 0) team = omp_get_num_threads();
-    T* part = thread_scratch_ + (size_t)tid * n_max_stride;
-    T *pw[2] = {part, part + C}, *pg = part + 2 * C, *tmp[2] = {part + 3 * C, part + 4 * C};
-    T* dsn[2] = {part + 5 * C, part + 5 * C + Nc};
-    T* kc[2] = {part + 5 * C + 2 * Nc, part + 5 * C + 3 * Nc};
-    std::fill(part, part + 3 * C, T(0));
+    T* pg = thread_scratch_ + (size_t)tid * thread_stride_ + off_pg;
+    std::fill(pg, pg + C, T(0));
+    T* pw[2] = {query_partial(tid, qi, 0), query_partial(tid, qi, 1)};
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       const size_t row = (size_t)i * C;
       const T *dxr = dx + row, *r0 = q.R[0] + row, *r1 = q.R[1] + row;
+      // dg += Σ_tok dx∘(R⁰−R¹) (times α(1−α) after the sum), before R is overwritten below
 #pragma omp simd
       for (int c = 0; c < C; ++c) pg[c] += dxr[c] * (r0[c] - r1[c]);
-      const T* dRb[2];
+      // D^j = dR̄^j·R̄^j, then dR̄^j replaces R̄^j (R̄ = R without sep_v)
       for (int j = 0; j < 2; ++j) {
+        T* rb = q.Rbar[j] + row;
+        T D = 0;
         if (sep_v) {
-          dRb[j] = d_read_bar_[j] + row;
+          const T* d = d_read_bar_[j] + row;
+#pragma omp simd reduction(+ : D)
+          for (int c = 0; c < C; ++c) {
+            D += d[c] * rb[c];
+            rb[c] = d[c];
+          }
         } else {
-#pragma omp simd
-          for (int c = 0; c < C; ++c) tmp[j][c] = coef[j][c] * dxr[c];
-          dRb[j] = tmp[j];
+          const T* cj = coef[j];
+#pragma omp simd reduction(+ : D)
+          for (int c = 0; c < C; ++c) {
+            const T d = cj[c] * dxr[c];
+            D += d * rb[c];
+            rb[c] = d;
+          }
         }
-        depth_score_grads_row(dsn[j], kc[j], dRb[j], q.Rbar[j] + row, q.a[j] + (size_t)i * Nc,
-                                       q.keys[j].data(), q.key_inv[j].data(), q.values[j].data(), q.w[j], (size_t)i,
-                                       Nc, C);
-        for (int r = 0; r < Nc; ++r) {
-          const T* k = q.keys[j][r] + row;
-          const T d = dsn[j][r];
+        q.D[j][i] = D;
+      }
+      if (!with_partial) continue;
+      // The partial candidate, now: the value and key gradients of both targets into δP_old.
+      const T *d0 = q.Rbar[0] + row, *d1 = q.Rbar[1] + row, *w0 = q.w[0], *w1 = q.w[1];
+      T dsn[2], kc[2];
+      for (int j = 0; j < 2; ++j) {
+        const int ks = dar_key_stream(routing, j);
+        const T* kp = q.keys[j][m] + row;
+        const T* vp = q.values[j][m] + row;
+        const T* dr = q.Rbar[j] + row;
+        const T* wj = q.w[j];
+        T e = 0, sc = 0;
+#pragma omp simd reduction(+ : e, sc)
+        for (int c = 0; c < C; ++c) {
+          e += dr[c] * vp[c];
+          sc += wj[c] * kp[c];
+        }
+        const T inv = q.key_inv[j][m][i];
+        dsn[j] = q.a[j][(size_t)i * Nc + m] * (e - q.D[j][i]) * inv;
+        kc[j] = dsn[j] * (sc * inv / T(C)) * inv;
+        (void)ks;
 #pragma omp simd
-          for (int c = 0; c < C; ++c) pw[j][c] += d * k[c];
+        for (int c = 0; c < C; ++c) pw[j][c] += dsn[j] * kp[c];
+      }
+      for (int st = 0; st < 2; ++st) {
+        T va[2], kw[2], kk = 0;
+        for (int j = 0; j < 2; ++j) {
+          va[j] = dar_value_stream(routing, j) == st ? q.a[j][(size_t)i * Nc + m] : T(0);
+          kw[j] = dar_key_stream(routing, j) == st ? dsn[j] : T(0);
+          if (dar_key_stream(routing, j) == st) kk += kc[j];
+        }
+        const T* cs = q.cand[st][m] + row;
+        T* gs = q.dcand[st][m] + row;
+#pragma omp simd
+        for (int c = 0; c < C; ++c) gs[c] += va[0] * d0[c] + va[1] * d1[c] + kw[0] * w0[c] + kw[1] * w1[c] - kk * cs[c];
+      }
+    }
+  }
+  // dg += α(1−α)∘Σ_threads
+  for (int c = 0; c < C; ++c) {
+    T sum = 0;
+    for (int t = 0; t < n_threads_; ++t) sum += thread_scratch_[(size_t)t * thread_stride_ + off_pg + c];
+    q.dg[c] += q.alpha[c] * q.alpha_c[c] * sum;
+  }
+}
+
+template <class T>
+void Dar<T>::entry_backward(int r) {
+  // δH^s_r (r ≥ 1) or d e = δH⁰_0 + δH¹_0 (r = 0) from the stored dR̄, D, weights and logits of its
+  // readers. Per token, the value terms a·dR̄ and the key terms' scalars (dsn, and kc through its sum
+  // per stream); then, per target j, the two products over all readers at once:
+  //   δH^{ks(j)}_r += DSN^j · W^j        (N × R)(R × C): Σ_q dsn^j_q w^j_q
+  //   dw^j_q       += (DSN^jᵀ · H^{ks(j)}_r)_q              : Σ_tok dsn^j_q k_r ρ_r
+  const int N = rows_, C = C_;
+  const DarRouting routing = opt_.routing;
+  const std::vector<int>& readers = readers_[r];
+  const int R = (int)readers.size();
+  const T* cand[2] = {entry(r, 0), entry(r, 1)};
+  const T* inv[2] = {r == 0 ? e_inv_ : slots_[entry_sublayer(r)].S_inv[0], r == 0 ? e_inv_ : slots_[entry_sublayer(r)].S_inv[1]};
+  T* dest[2] = {r == 0 ? d_e_ : d_entry_[0][r], r == 0 ? d_e_ : d_entry_[1][r]};
+  // Blocks of kEntryRows tokens, reader by reader: each reader's dR̄ rows are then read as one
+  // sequential run per block rather than one row per reader per token (2R interleaved streams, which
+  // the prefetchers do not follow: twice the time, measured).
+  const size_t off_g = (size_t)2 * (S_ + 2) * C + 3 * (size_t)C + 16;
+  const int n_blocks = (N + kEntryRows - 1) / kEntryRows;
+  const int n_threads = std::min(omp_get_max_threads(), n_threads_);
+#pragma omp parallel num_threads(n_threads)
+  {
+    const int tid = omp_get_thread_num();
+    T* g[2] = {thread_scratch_ + (size_t)tid * thread_stride_ + off_g,
+               thread_scratch_ + (size_t)tid * thread_stride_ + off_g + (size_t)kEntryRows * C};
+    T kk[2][kEntryRows], a[2][kEntryRows];
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < n_blocks; ++blk) {
+      const int i0 = blk * kEntryRows, nb = std::min(N, i0 + kEntryRows) - i0;
+      std::fill(g[0], g[0] + (size_t)nb * C, T(0));
+      std::fill(g[1], g[1] + (size_t)nb * C, T(0));
+      for (int b = 0; b < nb; ++b) kk[0][b] = kk[1][b] = T(0);
+      for (int k = 0; k < R; ++k) {
+        const Slot& q = slots_[readers[k]];
+        for (int j = 0; j < 2; ++j) {
+          const int ks = dar_key_stream(routing, j);
+          const T* vsrc = cand[dar_value_stream(routing, j)];
+          for (int b = 0; b < nb; ++b) {
+            const int i = i0 + b;
+            const size_t row = (size_t)i * C, at = (size_t)i * q.n_cand + r;
+            const T *vp = vsrc + row, *dr = q.Rbar[j] + row;
+            T e = 0;
+#pragma omp simd reduction(+ : e)
+            for (int c = 0; c < C; ++c) e += dr[c] * vp[c];
+            a[j][b] = q.a[j][at];
+            const T inv_k = inv[ks][i];
+            const T dsn = a[j][b] * (e - q.D[j][i]) * inv_k;
+            entry_dsn_[j][(size_t)i * R + k] = dsn;
+            kk[ks][b] += dsn * (q.sc[j][at] / T(C)) * inv_k;
+          }
+        }
+        // Value terms of both streams in one expression of the same shape (zeros where a target does
+        // not read the stream's values), so that identical streams get bitwise identical gradients.
+        for (int b = 0; b < nb; ++b) {
+          const size_t row = (size_t)(i0 + b) * C;
+          const T *d0 = q.Rbar[0] + row, *d1 = q.Rbar[1] + row;
+          for (int st = 0; st < 2; ++st) {
+            const T v0 = dar_value_stream(routing, 0) == st ? a[0][b] : T(0);
+            const T v1 = dar_value_stream(routing, 1) == st ? a[1][b] : T(0);
+            T* gs = g[st] + (size_t)b * C;
+#pragma omp simd
+            for (int c = 0; c < C; ++c) gs[c] += v0 * d0[c] + v1 * d1[c];
+          }
         }
       }
-      // Candidate r of stream s receives the value gradient a^j_r dR̄^j of every target j reading its
-      // values from s and the key gradient dsn^j_r w^j − kc^j_r C^s_r of every target keyed on s
-      // (§6.4). Both terms are formed in one expression with the same shape for both streams, so that
-      // identical streams get bitwise identical gradients.
-      const T *w0 = q.w[0], *w1 = q.w[1], *d0 = dRb[0], *d1 = dRb[1];
-      for (int r = 0; r < Nc; ++r) {
-        T va[2][2], kw[2][2], kcs[2];
-        for (int s = 0; s < 2; ++s) {
-          kcs[s] = 0;
-          for (int j = 0; j < 2; ++j) {
-            va[s][j] = dar_value_stream(routing, j) == s ? q.a[j][(size_t)i * Nc + r] : T(0);
-            kw[s][j] = dar_key_stream(routing, j) == s ? dsn[j][r] : T(0);
-            if (dar_key_stream(routing, j) == s) kcs[s] += kc[j][r];
-          }
-        }
-        const T *c0 = q.cand[0][r] + row, *c1 = q.cand[1][r] + row;
-        T *g0 = q.dcand[0][r] + row, *g1 = q.dcand[1][r] + row;
-        if (g0 == g1) {  // entry 0, the embedding, is both streams' candidate
-          if (assign) {
+      for (int b = 0; b < nb; ++b) {
+        const size_t row = (size_t)(i0 + b) * C;
+        const T *g0 = g[0] + (size_t)b * C, *g1 = g[1] + (size_t)b * C;
+        if (r == 0) {  // the embedding is both streams' entry 0
+          T* de = dest[0] + row;
+          const T* e = cand[0] + row;
 #pragma omp simd
-            for (int c = 0; c < C; ++c)
-              g0[c] = (va[0][0] * d0[c] + va[0][1] * d1[c] + kw[0][0] * w0[c] + kw[0][1] * w1[c] - kcs[0] * c0[c]) +
-                      (va[1][0] * d0[c] + va[1][1] * d1[c] + kw[1][0] * w0[c] + kw[1][1] * w1[c] - kcs[1] * c1[c]);
-          } else {
+          for (int c = 0; c < C; ++c) de[c] = (g0[c] - kk[0][b] * e[c]) + (g1[c] - kk[1][b] * e[c]);
+        } else {
+          for (int st = 0; st < 2; ++st) {
+            T* ds = dest[st] + row;
+            const T *cs = cand[st] + row, *gs = st == 0 ? g0 : g1;
+            const T kc = kk[st][b];
 #pragma omp simd
-            for (int c = 0; c < C; ++c)
-              g0[c] += (va[0][0] * d0[c] + va[0][1] * d1[c] + kw[0][0] * w0[c] + kw[0][1] * w1[c] - kcs[0] * c0[c]) +
-                       (va[1][0] * d0[c] + va[1][1] * d1[c] + kw[1][0] * w0[c] + kw[1][1] * w1[c] - kcs[1] * c1[c]);
-          }
-          continue;
-        }
-        for (int s = 0; s < 2; ++s) {
-          const T* cs = s == 0 ? c0 : c1;
-          T* gs = s == 0 ? g0 : g1;
-          const T v0 = va[s][0], v1 = va[s][1], k0 = kw[s][0], k1 = kw[s][1], kk = kcs[s];
-          if (assign) {
-#pragma omp simd
-            for (int c = 0; c < C; ++c) gs[c] = v0 * d0[c] + v1 * d1[c] + k0 * w0[c] + k1 * w1[c] - kk * cs[c];
-          } else {
-#pragma omp simd
-            for (int c = 0; c < C; ++c) gs[c] += v0 * d0[c] + v1 * d1[c] + k0 * w0[c] + k1 * w1[c] - kk * cs[c];
+            for (int c = 0; c < C; ++c) ds[c] = gs[c] - kc * cs[c];
           }
         }
       }
     }
   }
-  // dw^j += Σ_threads; dg += α(1−α)∘Σ_tok dx∘(R⁰−R¹)
-  for (int t = 0; t < team; ++t) {
-    const T* part = thread_scratch_ + (size_t)t * n_max_stride;
-    for (int j = 0; j < 2; ++j)
-      for (int c = 0; c < C; ++c) q.dw[j][c] += part[j * C + c];
-  }
-  for (int c = 0; c < C; ++c) {
-    T sum = 0;
-    for (int t = 0; t < team; ++t) sum += thread_scratch_[(size_t)t * n_max_stride + 2 * C + c];
-    q.dg[c] += q.alpha[c] * q.alpha_c[c] * sum;
+  for (int j = 0; j < 2; ++j) {
+    const int ks = dar_key_stream(routing, j);
+    for (int k = 0; k < R; ++k) std::copy_n(slots_[readers[k]].w[j], C, entry_w_[j] + (size_t)k * C);
+    gemm(false, false, N, C, R, T(1), entry_dsn_[j], R, entry_w_[j], C, T(1), dest[ks], C);
+    gemm(true, false, R, C, N, T(1), entry_dsn_[j], R, cand[ks], C, T(0), entry_dw_[j], C);
+    for (int k = 0; k < R; ++k) {
+      T* dw = slots_[readers[k]].dw[j];
+      const T* src = entry_dw_[j] + (size_t)k * C;
+      for (int c = 0; c < C; ++c) dw[c] += src[c];
+    }
   }
 }
 
@@ -588,16 +719,16 @@ T* Dar<T>::read_out_grad(int N) {
 template <class T>
 void Dar<T>::read_out_backward(int N) {
   ATTNLAB_CHECK(training_ && N == rows_);
-  // The read-out reads every entry, so its gradients are the first to reach each entry's accumulator:
-  // they are written (=), and nothing needs zeroing.
-  depth_read_backward(slots_[S_ + 1], d_final_, true);
+  for (int t = 0; t < n_threads_; ++t)  // the query gradients' per-thread sums, kept to the end
+    std::fill_n(thread_scratch_ + (size_t)t * thread_stride_, (size_t)2 * (S_ + 2) * C_, T(0));
+  depth_read_backward(slots_[S_ + 1], d_final_);
 }
 
 template <class T>
 const T* Dar<T>::branch_grad(int l, int N) {
   ATTNLAB_CHECK(training_ && l >= 1 && l <= S_ && N == rows_);
   Slot& q = slots_[l];
-  const int C = C_, stride = (int)thread_stride_;
+  const int C = C_;
   // δP′: the appended entry's gradient at a block's last sublayer, otherwise the running δP (the
   // next sublayer's δP_old). δP_old of l lives in d_partial_[l & 1], that of l+1 in the other one.
   T* dP[2];
@@ -606,13 +737,13 @@ const T* Dar<T>::branch_grad(int l, int N) {
   const Slot* prev = q.partial_present ? &slots_[l - 1] : nullptr;
   const T t = q.t, keep = T(1) - q.t;
   const T *beta0 = q.beta[0], *beta1 = q.beta[1];
-  int team = 1;
+  if (q.entry_closed >= 0) entry_backward(q.entry_closed);  // δP′ of a block's last sublayer
+  const size_t off_pb = (size_t)2 * (S_ + 2) * C + C;  // db⁰, db¹, dτ per thread
   const int n_threads = std::min(omp_get_max_threads(), n_threads_);
 #pragma omp parallel num_threads(n_threads)
   {
     const int tid = omp_get_thread_num();
-    if (tid == 0) team = omp_get_num_threads();
-    T* part = thread_scratch_ + (size_t)tid * stride;
+    T* part = thread_scratch_ + (size_t)tid * thread_stride_ + off_pb;
     T *pb0 = part, *pb1 = part + C;
     std::fill(part, part + 2 * C + 1, T(0));
 #pragma omp for schedule(static)
@@ -644,8 +775,8 @@ const T* Dar<T>::branch_grad(int l, int N) {
     }
   }
   T dt = 0;
-  for (int th = 0; th < team; ++th) {
-    const T* part = thread_scratch_ + (size_t)th * stride;
+  for (int th = 0; th < n_threads_; ++th) {
+    const T* part = thread_scratch_ + (size_t)th * thread_stride_ + off_pb;
     for (int s = 0; s < 2; ++s)
       for (int c = 0; c < C; ++c) {
         const T beta = q.beta[s][c];
@@ -667,7 +798,17 @@ T* Dar<T>::input_grad(int l, int N) {
 template <class T>
 void Dar<T>::read_backward(int l, int N) {
   ATTNLAB_CHECK(training_ && l >= 1 && l <= S_ && N == rows_);
-  depth_read_backward(slots_[l], d_in_, false);
+  depth_read_backward(slots_[l], d_in_);
+  if (l > 1) return;
+  // The backward's end: the embedding's gradient, then the query gradients out of the thread slices.
+  entry_backward(0);
+  for (int q = 1; q <= S_ + 1; ++q)
+    for (int j = 0; j < 2; ++j)
+      for (int t = 0; t < n_threads_; ++t) {
+        const T* pw = query_partial(t, q, j);
+        T* dw = slots_[q].dw[j];
+        for (int c = 0; c < C_; ++c) dw[c] += pw[c];
+      }
 }
 
 template class Dar<float>;

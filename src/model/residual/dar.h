@@ -65,7 +65,7 @@ struct DarMemory {
   double histories = 0;       // the stream states kept: history entries and the P_old of each sublayer
   double reads = 0;           // per read (2L sublayers and the read-out): R⁰, R¹, R̄ (sep_v), weights, 1/ρ
   double inputs_outputs = 0;  // x_l (the sublayer's norm input: the standard residual keeps x_l too), o_l, x_F
-  double backward = 0;        // training: gradient accumulators of entries and partials, do, dx, dR (sep_v)
+  double backward = 0;        // training: gradients of entries and partials, do, dx, dR (sep_v), D per read
   double forward() const { return histories + reads; }  // what §6.5 counts
 };
 // §6.5's estimate: histories 2(1 + ceil(2L/K))·d plus P_old 2d at each sublayer with a partial (K ≥ 2);
@@ -119,7 +119,8 @@ class Dar {
   int n_entries() const { return M_; }  // 1 + ceil(S/K)
   int num_candidates(int q) const { return slots_[q].n_cand; }  // q = 1..S, or S+1 for the read-out
   const T* depth_weights(int q, int j) const { return slots_[q].a[j]; }  // (rows, num_candidates(q))
-  const T* stream_read(int q, int j) const { return slots_[q].R[j]; }     // R^j (rows,C)
+  const T* stream_read(int q, int j) const { return slots_[q].R[j]; }     // R^j (rows,C), after the forward
+
   const T* state(int l, int s) const { return slots_[l].S[s]; }           // P^s after sublayer l
   const T* entry(int r, int s) const;                                     // H^s_r (rows,C)
   const T* entry_grad(int r, int s) const { return r == 0 ? d_e_ : d_entry_[s][r]; }  // δH^s_r after the backward
@@ -130,6 +131,7 @@ class Dar {
     int n_cand = 0, entry_closed = -1;  // entry index appended after l, or -1
     bool partial_present = false;       // a partial block state exists before l
     T *x = nullptr, *o = nullptr, *R[2] = {}, *Rbar[2] = {}, *a[2] = {}, *S[2] = {}, *S_inv[2] = {};
+    T *D[2] = {}, *sc[2] = {};  // training: dR̄^j·R̄^j per token; the logits s^j (rows, n_cand)
     // parameters (and their gradients): queries, mix logit, transport logit, gate logits
     T *w[2] = {}, *g = nullptr, *tau = nullptr, *b[2] = {};
     T *dw[2] = {}, *dg = nullptr, *dtau = nullptr, *db[2] = {};
@@ -144,13 +146,16 @@ class Dar {
   int entry_sublayer(int r) const;  // the sublayer whose state is entry r ≥ 1
   void build_tables();
   void depth_read(Slot& q);
-  void depth_read_backward(Slot& q, const T* dx, bool assign);
+  void depth_read_backward(Slot& q, const T* dx);
+  void entry_backward(int r);
+  T* query_partial(int tid, int q, int j) const;
   void compute_coefficients();
 
   DarOptions opt_;
   int S_, C_, K_, M_;
   T *value_w_[2] = {}, *dvalue_w_[2] = {};  // W^j_V (C,C), sep_v only
   std::vector<Slot> slots_;                  // [0] unused, [1..S] sublayers, [S+1] read-out
+  std::vector<std::vector<int>> readers_;    // per entry r: the reads (slot indices) that take it
   T *e_ = nullptr, *e_inv_ = nullptr;
   int rows_ = 0, cap_rows_ = 0, n_threads_ = 0;
   bool training_ = false;
@@ -159,6 +164,7 @@ class Dar {
   std::vector<T*> d_entry_[2];       // δH^s_r for r ≥ 1
   T* d_partial_[2][2] = {};          // [parity of l][stream]: δP_old of sublayer l (ping-pong)
   T *d_out_ = nullptr, *d_in_ = nullptr, *d_read_[2] = {}, *d_read_bar_[2] = {};
+  T *entry_dsn_[2] = {}, *entry_w_[2] = {}, *entry_dw_[2] = {};  // entry_backward's products
   T* thread_scratch_ = nullptr;      // per thread: partial sums of parameter gradients and row temporaries
   size_t thread_stride_ = 0;
   T* coef_ = nullptr;
