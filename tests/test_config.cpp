@@ -62,12 +62,42 @@ TEST(Config, ErrorsNameTheKeyAndPlace) {
   EXPECT_EQ(error_of("model.d_model = 12\nmodel.n_head = 4\nattn.pos = none\n"), "");
   EXPECT_NE(error_of("train.steps = 10\ntrain.warmup = 20\n").find("train.warmup"), std::string::npos);
   // specified but not yet implemented mechanisms are named, not silently ignored
-  EXPECT_NE(error_of("attn.xsa = on\n").find("not implemented"), std::string::npos);
-  EXPECT_NE(error_of("attn.pos = goat\n").find("not implemented"), std::string::npos);
+  EXPECT_EQ(error_of("residual.kind = hyper\n"), "");  // residual kinds: tests/test_residual.cpp
   EXPECT_EQ(error_of("attn.pos = alibi\nmodel.d_model = 12\nmodel.n_head = 4\n"), "");  // odd head size is fine without RoPE
   EXPECT_EQ(error_of("residual.kind = dar\n"), "");  // built (tests/test_dar.cpp has its keys)
   EXPECT_NE(error_of("garbage line\n").find("expected `key = value`"), std::string::npos);
   EXPECT_THROW(parse_override("noequals"), Error);
+}
+
+TEST(Config, XsaAndGoatKeys) {
+  // §7.2 keys of XSA and GOAT: defaults, layer lists, inactive keys, and the invalid combinations.
+  const Config g = from_text("attn.pos = goat\nattn.xsa = gated\nattn.xsa.layers = [2, 0]\nattn.goat.layers = [1]\n"
+                             "attn.goat.other_pos = alibi\nmodel.n_layer = 3\n");
+  EXPECT_EQ(g.attn.goat.train_len, g.model.seq_len);  // τ defaults to model.seq_len
+  EXPECT_EQ(g.attn.xsa_layers, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(g.attn.xsa_at(0));
+  EXPECT_FALSE(g.attn.xsa_at(1));
+  EXPECT_EQ(g.attn.pos_at(0), "alibi");
+  EXPECT_EQ(g.attn.pos_at(1), "goat");
+  const Config back = Config::from_json(g.to_json(), "roundtrip");
+  EXPECT_EQ(back.to_json().dump(), g.to_json().dump());
+  EXPECT_EQ(back.attn.goat.layers, (std::vector<int>{1}));
+  // inactive keys name themselves
+  EXPECT_NE(error_of("attn.goat.pos_rank = 2\n").find("attn.goat.pos_rank"), std::string::npos);
+  EXPECT_NE(error_of("attn.xsa.layers = [0]\n").find("attn.xsa.layers"), std::string::npos);
+  EXPECT_NE(error_of("attn.pos = goat\nattn.goat.other_pos = none\nattn.rope.base = 100\n").find("attn.rope.base"),
+            std::string::npos);
+  // D_h − (2R + key_bias) < 1: d = 64 with 8 heads has D_h = 8 < 9
+  EXPECT_NE(error_of("attn.pos = goat\nmodel.d_model = 64\nmodel.n_head = 8\n").find("attn.goat.pos_rank"), std::string::npos);
+  EXPECT_EQ(error_of("attn.pos = goat\nmodel.d_model = 64\nmodel.n_head = 8\nattn.goat.pos_rank = 3\n"), "");
+  // layer indices outside [0, L), malformed lists
+  EXPECT_NE(error_of("attn.xsa = on\nattn.xsa.layers = [4]\n").find("outside [0, 4)"), std::string::npos);
+  EXPECT_NE(error_of("attn.pos = goat\nattn.goat.layers = [0, 0]\n").find("distinct"), std::string::npos);
+  EXPECT_NE(error_of("attn.xsa = on\nattn.xsa.layers = 1,2\n").find("attn.xsa.layers"), std::string::npos);
+  EXPECT_NE(error_of("attn.xsa = maybe\n").find("off | on | gated"), std::string::npos);
+  // RoPE on the non-GOAT layers needs an even head size
+  EXPECT_NE(error_of("attn.pos = goat\nmodel.d_model = 60\nmodel.n_head = 4\nattn.goat.layers = [0]\n").find("attn.goat.other_pos"),
+            std::string::npos);
 }
 
 TEST(Config, JsonRoundTrip) {

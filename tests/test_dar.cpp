@@ -82,7 +82,7 @@ struct Harness {
         switch (s.init) {
           case Init::Normal: x = T(rng.normal() * s.init_value); break;
           case Init::Constant: x = T(s.init_value); break;
-          case Init::Values: x = T(s.values[i]); break;
+          case Init::Values: x = T(s.init_values[i]); break;
           case Init::One: x = T(1); break;
           case Init::Zero: x = T(0); break;
         }
@@ -798,6 +798,9 @@ TEST(DarGrad, BlockEveryRoutingSepV) {
 TEST(DarGrad, BlockVariants) {
   check_model_gradients("residual.kind = dar\nresidual.block_size = 3\ndar.include_partial = false\nmodel.norm = rmsnorm\nmodel.mlp = swiglu\n");
   check_model_gradients("residual.kind = dar\nresidual.block_size = 4\nattn.pos = learned\n");
+  // DAR wraps the unchanged sublayers, whatever is inside them (§7.1): XSA and GOAT
+  check_model_gradients("residual.kind = dar\ndar.routing = cross_v\nattn.xsa = gated\n");
+  check_model_gradients("residual.kind = dar\nattn.pos = goat\nattn.goat.pos_rank = 1\nmodel.n_head = 2\nattn.xsa = on\n");
 }
 
 // §6.7 invariant 1 in the model: uniform init keeps the streams identical, so dg ≡ 0, dw⁰ = dw¹ and
@@ -911,7 +914,8 @@ TEST(DarModel, SwapEquivariance) {
 // KV-cached == uncached logits (depth mixing never crosses positions, §7.1), chunks of 3, 1, 4.
 TEST(DarModel, CachedLogitsEqualUncached) {
   for (const char* extra : {"residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\n",
-                            "residual.kind = dar\nresidual.block_size = 3\ndar.routing = fixed_kv\ndar.include_partial = false\n"}) {
+                            "residual.kind = dar\nresidual.block_size = 3\ndar.routing = fixed_kv\ndar.include_partial = false\n",
+                            "residual.kind = dar\nattn.pos = goat\nattn.goat.pos_rank = 1\nmodel.n_head = 2\nattn.xsa = on\n"}) {
     const Config cfg = tiny(extra);
     GPT<float> m(cfg);
     randomize(m, 7);

@@ -90,6 +90,74 @@ TEST(ModelGrad, RopeSinkNoPE) {
 
 TEST(ModelGrad, AlibiGqaSink) { check_gradients("attn.pos = alibi\nmodel.kv_heads = 2\nattn.sink = learned\n"); }
 
+// XSA (§2) and GOAT (§3) through the whole model: every new parameter (gates, A, B, the sink MLP,
+// gain, bump, ρ) and every projection, with sinks, GQA and per-layer selections. Tiny heads:
+// d = 16 with 2 heads gives D_h = 8, so GOAT uses R = 2 (5 prior lanes, D_c = 3).
+TEST(ModelGrad, XsaOnRopeAndGatedAlibiSinkGqa) {
+  check_gradients("attn.xsa = on\n");
+  check_gradients("attn.xsa = gated\nattn.pos = alibi\nattn.sink = learned\nmodel.kv_heads = 2\n");
+}
+TEST(ModelGrad, GoatSeededSinkGqa) {
+  check_gradients("attn.pos = goat\nmodel.n_head = 2\nmodel.kv_heads = 1\nattn.goat.pos_rank = 2\nattn.goat.abs_rank = 2\n"
+                  "attn.sink = learned\n");
+}
+TEST(ModelGrad, GoatOnOneLayerWithAlibiElsewhereAndXsa) {
+  check_gradients("attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.goat.layers = [1]\n"
+                  "attn.goat.other_pos = alibi\nattn.xsa = gated\nattn.xsa.layers = [1]\n");
+}
+TEST(ModelGrad, GoatNoKeyLaneUniformRmsNorm) {
+  check_gradients("attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 3\nattn.goat.key_bias = false\n"
+                  "attn.goat.init = uniform\nmodel.norm = rmsnorm\nattn.xsa = on\n");
+}
+
+TEST(Model, GatedXsaWithZeroGatesEqualsOffBitForBit) {
+  // §2.4: a = 0 gives γ = 0 — logits, loss and every shared gradient equal attn.xsa = off exactly,
+  // while the gates themselves get a non-zero gradient.
+  const Config off_cfg = tiny("attn.sink = learned\n"), gated_cfg = tiny("attn.sink = learned\nattn.xsa = gated\n");
+  GPT<float> off(off_cfg), gated(gated_cfg);
+  randomize(off, 21);
+  for (const auto& s : off.registry().specs())
+    std::copy(off.params() + s.offset, off.params() + s.offset + s.numel, gated.param(s.name));
+  for (int l = 0; l < 2; ++l) std::fill_n(gated.param("blocks." + std::to_string(l) + ".attn.xsa_gate"), 4, 0.f);
+  const int B = 2, T = 8;
+  off.plan(B, T);
+  gated.plan(B, T);
+  auto in = random_tokens(B * T, 23, 1), tgt = random_tokens(B * T, 23, 2);
+  off.zero_grad();
+  gated.zero_grad();
+  const double l0 = off.train_micro_step(in.data(), tgt.data(), 1.f / (B * T));
+  const double l1 = gated.train_micro_step(in.data(), tgt.data(), 1.f / (B * T));
+  EXPECT_EQ(l0, l1);
+  for (const auto& s : off.registry().specs())
+    for (size_t i = 0; i < s.numel; ++i) ASSERT_EQ(off.grads()[s.offset + i], gated.grad(s.name)[i]) << s.name << "[" << i << "]";
+  double gate_grad = 0;
+  for (int h = 0; h < 4; ++h) gate_grad += std::abs(gated.grad("blocks.0.attn.xsa_gate")[h]);
+  EXPECT_GT(gate_grad, 1e-6);
+}
+
+TEST(Model, GoatSeededInitStartsAsAlibi) {
+  // §3.6 seeded: ρ = softplus⁻¹(ALiBi slopes of H_kv heads) (slope 1/2 → −0.4328), A ~ N(0, 0.01²),
+  // B = 0, g = 1, b = 0; uniform: A = B = 0, w2 = 0, ρ = −30.
+  const Config cfg = tiny("attn.pos = goat\nmodel.n_head = 2\nmodel.kv_heads = 1\nattn.goat.pos_rank = 2\n");
+  GPT<double> m(cfg);
+  m.init_weights(1);
+  EXPECT_NEAR(kernels::goat_softplus_inverse(0.5), -0.4328, 1e-4);  // the spec's example
+  const auto slopes = alibi_slopes(1);  // one KV head: slope 2^-8
+  for (int l = 0; l < 2; ++l)
+    EXPECT_NEAR(std::log1p(std::exp(m.param("blocks." + std::to_string(l) + ".attn.goat.rho")[0])), slopes[0], 1e-15);
+  EXPECT_EQ(m.param("blocks.0.attn.goat.B")[0], 0.0);
+  EXPECT_EQ(m.param("blocks.0.attn.goat.gain")[0], 1.0);
+  EXPECT_NE(m.param("blocks.0.attn.goat.A")[0], 0.0);
+  const Config ucfg = tiny("attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.goat.init = uniform\n");
+  GPT<double> u(ucfg);
+  u.init_weights(1);
+  EXPECT_EQ(u.param("blocks.0.attn.goat.A")[0], 0.0);
+  EXPECT_EQ(u.param("blocks.0.attn.goat.w2")[0], 0.0);
+  EXPECT_EQ(u.param("blocks.0.attn.goat.rho")[1], -30.0);
+  // no dead projection rows: the qkv weight has H·D_c + H_kv·D_c + H_kv·D_h columns (§3.1)
+  EXPECT_EQ(m.registry().find("blocks.0.attn.qkv.weight")->shape[1], 2 * 3 + 1 * 3 + 1 * 8);
+}
+
 TEST(Model, AlibiSlopes) {
   // §1.2 examples: H = 4 gives 1/4, 1/16, 1/64, 1/256; H = 12 gives 2^-1..2^-8, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
   EXPECT_EQ(alibi_slopes(4), (std::vector<double>{0.25, 1.0 / 16, 1.0 / 64, 1.0 / 256}));
@@ -114,7 +182,11 @@ TEST(Model, KeyBiasGradientIsStructurallyZeroWithoutRopeOrSink) {
 
 TEST(Model, CachedLogitsEqualUncached) {
   for (const char* extra : {"attn.pos = rope\n", "attn.pos = learned\nattn.sink = learned\n", "attn.pos = none\nmodel.kv_heads = 2\n",
-                            "attn.pos = alibi\nmodel.n_head = 2\n"}) {
+                            "attn.pos = alibi\nmodel.n_head = 2\n",
+                            // XSA needs each token's own value from the cache; GOAT needs absolute positions (§3.7)
+                            "attn.xsa = gated\nattn.sink = learned\nmodel.kv_heads = 2\n",
+                            "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.sink = learned\nattn.xsa = on\n",
+                            "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.goat.layers = [0]\n"}) {
     const Config cfg = tiny(extra);
     GPT<float> m(cfg);
     randomize(m, 7);

@@ -97,7 +97,7 @@ struct Harness {
           case Init::Zero: p = 0; break;
           case Init::One: p = 1; break;
           case Init::Constant: p = T(s.init_value); break;
-          case Init::Values: p = T(s.values[i]); break;
+          case Init::Values: p = T(s.init_values[i]); break;
         }
       }
   }
@@ -425,6 +425,11 @@ TEST(ResidualGrad, ModelAttnResBlock3RmsSwiglu) {
 TEST(ResidualGrad, ModelHyper2) { check_model_gradients("residual.kind = hyper\nresidual.streams = 2\n"); }
 TEST(ResidualGrad, ModelMhc2) { check_model_gradients("residual.kind = mhc\nresidual.streams = 2\nattn.pos = learned\n"); }
 TEST(ResidualGrad, ModelMhc4) { check_model_gradients("residual.kind = mhc\nresidual.streams = 4\n"); }
+// §7.1: XSA and GOAT live inside F_l, so they compose with every residual kind.
+TEST(ResidualGrad, ModelWithXsaAndGoat) {
+  check_model_gradients("residual.kind = attnres\nresidual.block_size = 2\nattn.xsa = gated\n");
+  check_model_gradients("residual.kind = mhc\nresidual.streams = 2\nattn.pos = goat\nattn.goat.pos_rank = 1\nmodel.n_head = 2\n");
+}
 
 // ---------------------------------------------------------------------------------------------
 // HC and mHC at init equal the baseline (§5.3 point 1, §5.4): the collapsed state over n equals a
@@ -492,7 +497,8 @@ TEST(Streams, MhcUniformReadNeverBreaksSymmetry) {
 TEST(Residual, CachedLogitsEqualUncached) {
   for (const char* extra : {"residual.kind = standard\n", "residual.kind = attnres\n", "residual.kind = attnres\nresidual.block_size = 3\n",
                             "residual.kind = hyper\nresidual.streams = 3\n", "residual.kind = mhc\n",
-                            "residual.kind = mhc\nresidual.streams = 2\nattn.pos = learned\n"}) {
+                            "residual.kind = mhc\nresidual.streams = 2\nattn.pos = learned\n",
+                            "residual.kind = attnres\nresidual.block_size = 2\nattn.pos = goat\nattn.goat.pos_rank = 1\nmodel.n_head = 2\nattn.xsa = on\n"}) {
     const Config cfg = tiny(extra);
     GPT<float> m(cfg);
     randomize(m, 7);

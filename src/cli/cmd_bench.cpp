@@ -1,9 +1,8 @@
 // `attnlab bench` (training-step timing on synthetic tokens) and `attnlab info` (sizes and memory).
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <memory>
-#include <sstream>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
@@ -20,11 +19,15 @@ namespace {
 
 struct BenchArgs {
   ConfigArgs config;
-  int steps = 20, warmup = 3;
+  int steps = 20, warmup = 3, rounds = 3;
   bool json = false;
-  std::vector<std::string> variants;  // --variant "key=value key=value": compared step by step
-  bool cpu_time = false;
+  std::vector<std::string> variants;  // "name:key=value;key=value" (empty after the colon: the base config)
+  bool cpu_time = false;              // time process CPU seconds instead of wall seconds
 };
+
+// Process CPU seconds: with OMP_NUM_THREADS=1 on a busy shared machine, a steadier measure of a
+// step's own work than wall time (which also measures the other processes).
+double cpu_seconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -32,112 +35,109 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
-void run_bench(const BenchArgs& a) {
-  const Config cfg = a.config.resolve();
-  const int B = cfg.train.batch_size, T = cfg.model.seq_len, V = cfg.model.vocab_size;
-  GPT<float> model(cfg);
-  model.init_weights(cfg.train.seed);
-  model.plan(B, T);
-  Buffer m(model.registry().total() * sizeof(float)), v(model.registry().total() * sizeof(float));
-  std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
-  Rng rng(cfg.train.seed);
-  for (size_t i = 0; i < in.size(); ++i) { in[i] = (int32_t)rng.below(V); tgt[i] = (int32_t)rng.below(V); }
-  const size_t tokens = (size_t)B * T * cfg.train.grad_accum;
-  std::vector<double> times;
-  for (int step = 0; step < a.warmup + a.steps; ++step) {
+// One configuration being timed: model, Adam moments and synthetic tokens, all allocated up front.
+struct BenchModel {
+  std::string name;
+  Config cfg;
+  GPT<float> model;
+  Buffer m, v;
+  std::vector<int32_t> in, tgt;
+  std::vector<double> times;  // seconds per timed step
+  int step_count = 0;
+  BenchModel(std::string n, const Config& c) : name(std::move(n)), cfg(c), model(c) {
+    const int B = cfg.train.batch_size, T = cfg.model.seq_len, V = cfg.model.vocab_size;
+    model.init_weights(cfg.train.seed);
+    model.plan(B, T);
+    m = Buffer(model.registry().total() * sizeof(float));
+    v = Buffer(model.registry().total() * sizeof(float));
+    in.resize((size_t)B * T), tgt.resize((size_t)B * T);
+    Rng rng(cfg.train.seed);
+    for (size_t i = 0; i < in.size(); ++i) { in[i] = (int32_t)rng.below(V); tgt[i] = (int32_t)rng.below(V); }
+  }
+  size_t tokens() const { return (size_t)cfg.train.batch_size * cfg.model.seq_len * cfg.train.grad_accum; }
+  void step(bool timed, bool cpu_time) {
     Timer t;
+    const double c0 = cpu_seconds();
     model.zero_grad();
     for (int micro = 0; micro < cfg.train.grad_accum; ++micro)
-      model.train_micro_step(in.data(), tgt.data(), 1.0f / float(tokens));
-    optimizer_step(model, m.as<float>(), v.as<float>(), cfg.train, 1e-4, step + 1);
-    if (step >= a.warmup) times.push_back(t.seconds());
+      model.train_micro_step(in.data(), tgt.data(), 1.0f / float(tokens()));
+    optimizer_step(model, m.as<float>(), v.as<float>(), cfg.train, 1e-4, ++step_count);
+    if (timed) times.push_back(cpu_time ? cpu_seconds() - c0 : t.seconds());
   }
-  const double med = median(times);
-  const double flops = training_flops_per_token(model, T);
-  const double tps = tokens / med;
-  const double gflops = tps * flops / 1e9;
-  if (a.json) {
-    nlohmann::json j{{"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3}, {"gflops", gflops},
-                     {"flops_per_token", flops}, {"steps", a.steps}, {"threads", omp_threads()},
-                     {"params", model.num_params()}, {"activation_bytes_per_token", model.activation_bytes() / double(B * T)},
-                     {"residual_activation_bytes_per_token", model.residual_activation_bytes() / double(B * T)},
-                     {"config", cfg.to_json()}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s\n", cfg.model.n_layer, cfg.model.d_model,
-                cfg.model.n_head, T, B, V, omp_threads(), gemm_backend_name());
-    std::printf("median step %.1f ms over %d steps | %.0f tokens/s | %.1f GFLOP/s model FLOPs\n", med * 1e3, a.steps, tps, gflops);
+};
+
+// "name:key=value;key=value" → the base assignments plus these overrides.
+Config variant_config(const BenchArgs& a, const std::string& spec, std::string& name) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos || colon == 0)
+    fail("--variant ", spec, ": expected NAME:key=value;key=value (e.g. xsa:attn.xsa=on), or NAME: for the base configuration");
+  name = spec.substr(0, colon);
+  ConfigArgs args = a.config;
+  std::string rest = spec.substr(colon + 1);
+  size_t start = 0;
+  while (start < rest.size()) {
+    const size_t semi = rest.find(';', start);
+    const std::string item = rest.substr(start, semi == std::string::npos ? std::string::npos : semi - start);
+    if (!item.empty()) args.sets.push_back(item);
+    if (semi == std::string::npos) break;
+    start = semi + 1;
+  }
+  try {
+    return args.resolve();
+  } catch (const Error& e) {
+    fail("--variant ", spec, ": ", e.what());
   }
 }
 
-// `--variant` (repeatable): one model per variant (the base configuration plus that variant's
-// space-separated key=value overrides), timed one step each in turn, round after round, so that all
-// variants see the same machine load (this machine is shared); the starting variant rotates every
-// round. Reports each variant's median step and the median over rounds of its step time divided by
-// the first variant's in the same round. --cpu-time measures process CPU seconds instead (use with
-// OMP_NUM_THREADS=1 on a busy machine, where wall time measures the other processes).
-void run_compare(const BenchArgs& a) {
-  struct Variant {
-    std::string name;
-    Config cfg;
-    std::unique_ptr<GPT<float>> model;
-    Buffer m, v;
-    std::vector<double> times, ratios;
-  };
-  std::vector<Variant> vs;
-  for (const auto& text : a.variants) {
-    ConfigArgs args = a.config;
-    std::istringstream words(text);
-    for (std::string w; words >> w;) args.sets.push_back(w);
-    Variant v;
-    v.name = text;
-    v.cfg = args.resolve();
-    vs.push_back(std::move(v));
-  }
-  const int B = vs[0].cfg.train.batch_size, T = vs[0].cfg.model.seq_len, V = vs[0].cfg.model.vocab_size;
-  for (auto& v : vs) {
-    if (v.cfg.train.batch_size != B || v.cfg.model.seq_len != T || v.cfg.model.vocab_size != V)
-      fail("--variant ", v.name, ": variants must share train.batch_size, model.seq_len and model.vocab_size");
-    v.model = std::make_unique<GPT<float>>(v.cfg);
-    v.model->init_weights(v.cfg.train.seed);
-    v.model->plan(B, T);
-    v.m = Buffer(v.model->registry().total() * sizeof(float));
-    v.v = Buffer(v.model->registry().total() * sizeof(float));
-  }
-  std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
-  Rng rng(vs[0].cfg.train.seed);
-  for (size_t i = 0; i < in.size(); ++i) { in[i] = (int32_t)rng.below(V); tgt[i] = (int32_t)rng.below(V); }
-  const Timer wall;
-  auto clock = [&]() { return a.cpu_time ? double(std::clock()) / CLOCKS_PER_SEC : wall.seconds(); };
-  const int n = (int)vs.size();
-  for (int round = 0; round < a.warmup + a.steps; ++round) {
-    std::vector<double> t(n);
-    for (int k = 0; k < n; ++k) {
-      Variant& v = vs[(round + k) % n];
-      const double t0 = clock();
-      v.model->zero_grad();
-      v.model->train_micro_step(in.data(), tgt.data(), 1.0f / float(B * T));
-      optimizer_step(*v.model, v.m.as<float>(), v.v.as<float>(), v.cfg.train, 1e-4, round + 1);
-      t[(round + k) % n] = clock() - t0;
-    }
-    if (round < a.warmup) continue;
-    for (int k = 0; k < n; ++k) {
-      vs[k].times.push_back(t[k]);
-      vs[k].ratios.push_back(t[k] / t[0]);
+void run_bench(const BenchArgs& a) {
+  // Every variant is built and planned first; then rounds alternate between them (each round times
+  // `steps` steps of every variant in turn), so slow drifts of a shared machine hit all alike and the
+  // ratios come from one run.
+  std::vector<std::unique_ptr<BenchModel>> runs;
+  if (a.variants.empty()) {
+    runs.push_back(std::make_unique<BenchModel>("base", a.config.resolve()));
+  } else {
+    for (const auto& spec : a.variants) {
+      std::string name;
+      const Config cfg = variant_config(a, spec, name);
+      runs.push_back(std::make_unique<BenchModel>(name, cfg));
     }
   }
-  nlohmann::json rows = nlohmann::json::array();
-  if (!a.json)
-    std::printf("attnlab bench: %d variants, B=%d T=%d, %d threads, %d rounds, %s time, alternating\n\n"
-                "| variant | median ms/step | ratio to first (median of per-round ratios) | residual KB/token |\n|---|---:|---:|---:|\n",
-                n, B, T, omp_threads(), a.steps, a.cpu_time ? "CPU" : "wall");
-  for (auto& v : vs) {
-    const double med = median(v.times) * 1e3, ratio = median(v.ratios);
-    const double kb = v.model->residual_activation_bytes() / 1024.0 / (B * T);
-    if (a.json) rows.push_back({{"variant", v.name}, {"ms_per_step_median", med}, {"ratio_to_first", ratio}, {"residual_kb_per_token", kb}});
-    else std::printf("| %s | %.1f | %.3f | %.1f |\n", v.name.c_str(), med, ratio, kb);
+  for (auto& r : runs)
+    for (int i = 0; i < a.warmup; ++i) r->step(false, a.cpu_time);
+  const int rounds = a.variants.empty() ? 1 : a.rounds;
+  for (int round = 0; round < rounds; ++round)
+    for (auto& r : runs)
+      for (int i = 0; i < a.steps; ++i) r->step(true, a.cpu_time);
+  const double base = median(runs[0]->times);
+  nlohmann::json out = nlohmann::json::array();
+  if (!a.json) {
+    const Config& c = runs[0]->cfg;
+    std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s\n", c.model.n_layer, c.model.d_model,
+                c.model.n_head, c.model.seq_len, c.train.batch_size, c.model.vocab_size, omp_threads(), gemm_backend_name());
+    if (runs.size() > 1)
+      std::printf("%d rounds x %d steps per variant, alternating; ratio = median step / median step of '%s'\n", rounds,
+                  a.steps, runs[0]->name.c_str());
   }
-  if (a.json) std::printf("%s\n", nlohmann::json{{"variants", rows}, {"cpu_time", a.cpu_time}, {"threads", omp_threads()}}.dump().c_str());
+  for (auto& r : runs) {
+    const double med = median(r->times);
+    const double flops = training_flops_per_token(r->model, r->cfg.model.seq_len);
+    const double tps = r->tokens() / med, gflops = tps * flops / 1e9;
+    if (a.json) {
+      out.push_back({{"name", r->name}, {"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3},
+                     {"ratio", med / base}, {"gflops", gflops}, {"flops_per_token", flops}, {"steps", r->times.size()},
+                     {"threads", omp_threads()}, {"params", r->model.num_params()},
+                     {"activation_bytes", r->model.activation_bytes()},
+                     {"residual_activation_bytes", r->model.residual_activation_bytes()}, {"config", r->cfg.to_json()}});
+    } else if (runs.size() == 1) {
+      std::printf("median step %.1f ms over %d steps | %.0f tokens/s | %.1f GFLOP/s model FLOPs\n", med * 1e3, a.steps, tps,
+                  gflops);
+    } else {
+      std::printf("%-16s median %8.1f ms | ratio %.3f | %7.0f tokens/s | %6.1f GFLOP/s | %.2f MB activations\n",
+                  r->name.c_str(), med * 1e3, med / base, tps, gflops, r->model.activation_bytes() / 1e6);
+    }
+  }
+  if (a.json) std::printf("%s\n", (runs.size() == 1 ? out[0] : out).dump().c_str());
 }
 
 void run_info(const ConfigArgs& args) {
@@ -176,14 +176,13 @@ void register_bench(CLI::App& app) {
     a->config.add_to(cmd);
     cmd->add_option("--steps", a->steps, "timed steps")->check(CLI::PositiveNumber);
     cmd->add_option("--warmup", a->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-    cmd->add_flag("--json", a->json, "print one JSON object");
+    cmd->add_flag("--json", a->json, "print one JSON object (an array of them with --variant)");
     cmd->add_option("--variant", a->variants,
-                    "compare variants step by step, alternating: \"key=value ...\" on top of the configuration (repeatable)");
-    cmd->add_flag("--cpu-time", a->cpu_time, "with --variant: time process CPU seconds (use OMP_NUM_THREADS=1 on a busy machine)");
-    cmd->callback([a] {
-      if (!a->variants.empty()) run_compare(*a);
-      else run_bench(*a);
-    });
+                    "NAME:key=value;key=value — time several configurations in one run, alternating (repeatable; "
+                    "the first is the baseline of the ratios; 'NAME:' is the base configuration)");
+    cmd->add_option("--rounds", a->rounds, "alternation rounds with --variant")->check(CLI::PositiveNumber);
+    cmd->add_flag("--cpu-time", a->cpu_time, "time process CPU seconds (use with OMP_NUM_THREADS=1 on a busy machine)");
+    cmd->callback([a] { run_bench(*a); });
   }
   {
     auto* a = new ConfigArgs;

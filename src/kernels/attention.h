@@ -23,10 +23,14 @@
 //   210 KiB per thread in the forward and 520 KiB in the backward, in float; the default 8 MiB
 //   thread stacks hold them, OMP_STACKSIZE must not be set below 1 MiB).
 //
-// Extension points (issue 3: XSA, GOAT): a per-(i, j) score bias is added where ALiBi is (forward:
-// after the Sᵀ product, add_alibi_transposed; backward: the element-wise loop, `bias`); its
-// gradient is dℓ = ds_tile/scale there (ds_tile holds scale·dℓ). A per-row output epilogue (XSA's
-// projection) belongs in the forward's final loop, where out_i is normalized.
+// Mechanisms inside the kernel (AttentionExtras):
+// - ALiBi (§1.2): a per-(i, j) bias added after the Sᵀ product (forward) and in the element-wise
+//   loop of the backward.
+// - XSA (§2): a per-row epilogue of the forward (z = y − γ(y·v̂)v̂, c saved); in the backward the
+//   copied dO rows become dy = g − γ(g·v̂)v̂, D_i = g_i·z_i is unchanged, and each key that is also
+//   a query adds its direct own-value term to its dV tile before the tile is written.
+// - GOAT (§3): its prior rides in extra q/k lanes packed by the model (model/goat.h), so the kernel
+//   only needs the row-dependent sink logit of the key form (sink_slope).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -63,6 +67,30 @@ struct AttentionShape {
   int pos_offset;             // query i sits at absolute position pos_offset+i and sees keys 0..pos_offset+i (Tk >= pos_offset+Tq)
 };
 
+// Optional terms of the attention computation besides the sink. All pointers may be null (off).
+// - alibi_slopes [H]: ALiBi bias −m_h(t_i − t_j) on every logit (§1.2).
+// - sink_slope [H]: the sink logit of query row i becomes sink[h] + sink_slope[h]·t_i (t_i =
+//   pos_offset + i). GOAT's key form (§3.4) shifts every logit of row i by softplus(ρ)·t_i; the
+//   sink must move with them to keep the relative-form probabilities. Needs a sink.
+// - xsa_gamma [H]: XSA (§2.1): the output row is z = y − γ_h (y·v̂)v̂ with v̂ the token's own
+//   value (key pos_offset + i of the query's KV head); γ = 1 is mode "on", tanh(a) the gated mode.
+//   Needs xsa_c: [B, H, Tq], c = y·v̂ per row, WRITTEN by the forward and read by the backward
+//   (it recovers y = z + γ·c·v̂ without storing y).
+// Backward outputs (+=, may be null): dsink_slope [H] (needs sink_slope); dxsa_gamma [H] = dL/dγ_h
+// (the caller applies the chain rule of its own parametrization, e.g. 1 − γ² for γ = tanh a).
+template <class T>
+struct AttentionExtras {
+  const T* alibi_slopes = nullptr;
+  const T* sink_slope = nullptr;
+  const T* xsa_gamma = nullptr;
+  T* xsa_c = nullptr;
+  T* dsink_slope = nullptr;
+  T* dxsa_gamma = nullptr;
+};
+
+// XSA's norm floor ε of §2.3 (on ‖v‖, not ‖v‖²).
+inline constexpr double kXsaEps = 1e-12;
+
 // The shape of plain self-attention over a packed qkv buffer (B, T, (H+2Hkv)*Dh): q at qkv,
 // k at qkv + H*Dh, v at qkv + (H+Hkv)*Dh, output (B, T, H*Dh).
 inline AttentionShape packed_attention_shape(int B, int T, int H, int Hkv, int Dh) {
@@ -96,27 +124,41 @@ inline void check_attention_shape(const AttentionShape& s, const char* who) {
 // One softmax row at a time, in double, with no tiling and no saved state.
 // ---------------------------------------------------------------------------------------------
 
-// out (B,Tq,H*Dh) at out_stride; lse (B,H,Tq). q, k, v, sink, alibi_slopes as in attention_forward.
+// XSA's projection of one row in double (§2.1): z = y − γ c v̂, c = y·v̂; returns c. Also used by
+// the naive backward to rebuild z from y.
+inline double xsa_project_naive(double* z, const double* y, const double* v, double gamma, int Dh) {
+  double n2 = 0;
+  for (int d = 0; d < Dh; ++d) n2 += v[d] * v[d];
+  const double n = std::max(std::sqrt(n2), kXsaEps);
+  double c = 0;
+  for (int d = 0; d < Dh; ++d) c += y[d] * v[d] / n;
+  for (int d = 0; d < Dh; ++d) z[d] = y[d] - gamma * c * v[d] / n;
+  return c;
+}
+
+// out (B,Tq,H*Dh) at out_stride; lse (B,H,Tq). q, k, v, sink, x as in attention_forward.
 template <class T>
 void attention_forward_naive(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
-                             const AttentionShape& s, const T* alibi_slopes = nullptr) {
+                             const AttentionShape& s, const AttentionExtras<T>& x = {}) {
   check_attention_shape(s, "attention_forward_naive");
   const int G = s.H / s.Hkv;
-  std::vector<double> logit(s.Tk), acc(s.Dh);
+  std::vector<double> logit(s.Tk), acc(s.Dh), vown(s.Dh), z(s.Dh);
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.H; ++h)
       for (int i = 0; i < s.Tq; ++i) {
         const T* qi = q + b * s.q_batch_stride + long(i) * s.q_stride + h * s.Dh;
         const int kappa = h / G, pos = s.pos_offset + i;
-        double m = sink ? double(sink[h]) : -INFINITY;
+        const double sink_logit =
+            sink ? double(sink[h]) + (x.sink_slope ? double(x.sink_slope[h]) * pos : 0.0) : -INFINITY;
+        double m = sink_logit;
         for (int j = 0; j <= pos; ++j) {
           const T* kj = k + b * s.kv_batch_stride + long(j) * s.kv_stride + kappa * s.Dh;
           double dot = 0;
           for (int d = 0; d < s.Dh; ++d) dot += double(qi[d]) * double(kj[d]);
-          logit[j] = dot * double(scale) - (alibi_slopes ? double(alibi_slopes[h]) * (pos - j) : 0.0);
+          logit[j] = dot * double(scale) - (x.alibi_slopes ? double(x.alibi_slopes[h]) * (pos - j) : 0.0);
           m = std::max(m, logit[j]);
         }
-        double Z = sink ? std::exp(double(sink[h]) - m) : 0.0;  // the sink joins Z with a zero value vector
+        double Z = sink ? std::exp(sink_logit - m) : 0.0;  // the sink joins Z with a zero value vector
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int j = 0; j <= pos; ++j) {
           const T* vj = v + b * s.kv_batch_stride + long(j) * s.kv_stride + kappa * s.Dh;
@@ -124,21 +166,31 @@ void attention_forward_naive(T* out, T* lse, const T* q, const T* k, const T* v,
           Z += p;
           for (int d = 0; d < s.Dh; ++d) acc[d] += p * double(vj[d]);
         }
+        for (int d = 0; d < s.Dh; ++d) acc[d] /= Z;
         T* oi = out + (long(b) * s.Tq + i) * s.out_stride + h * s.Dh;
-        for (int d = 0; d < s.Dh; ++d) oi[d] = T(acc[d] / Z);
+        if (x.xsa_gamma) {
+          const T* vi = v + b * s.kv_batch_stride + long(pos) * s.kv_stride + kappa * s.Dh;
+          for (int d = 0; d < s.Dh; ++d) vown[d] = double(vi[d]);
+          const double c = xsa_project_naive(z.data(), acc.data(), vown.data(), double(x.xsa_gamma[h]), s.Dh);
+          x.xsa_c[(long(b) * s.H + h) * s.Tq + i] = T(c);
+          for (int d = 0; d < s.Dh; ++d) oi[d] = T(z[d]);
+        } else {
+          for (int d = 0; d < s.Dh; ++d) oi[d] = T(acc[d]);
+        }
         lse[(long(b) * s.H + h) * s.Tq + i] = T(m + std::log(Z));
       }
 }
 
-// dq, dk, dv WRITTEN (layouts of q, k, v); dsink += (if non-null). The reference recomputes the
-// probabilities and y in double from q, k, v, so it ignores `out` and `lse` (kept for the signature).
+// dq, dk, dv WRITTEN (layouts of q, k, v); dsink += (if non-null); x.dsink_slope, x.dxsa_gamma +=.
+// dout is dL/d(out): with XSA that is g = dL/dz. The reference recomputes the probabilities, y and
+// z in double from q, k, v, so it ignores `out`, `lse` and x.xsa_c (kept for the signature).
 template <class T>
 void attention_backward_naive(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* /*out*/, const T* /*lse*/,
                               const T* q, const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,
-                              const T* alibi_slopes = nullptr) {
+                              const AttentionExtras<T>& x = {}) {
   check_attention_shape(s, "attention_backward_naive");
   const int G = s.H / s.Hkv, Dh = s.Dh;
-  std::vector<double> a(s.Tk), y(Dh), dqi(Dh);
+  std::vector<double> a(s.Tk), y(Dh), dqi(Dh), g(Dh), z(Dh), vhat(Dh);
   std::vector<double> dk_acc(size_t(s.Tk) * Dh), dv_acc(size_t(s.Tk) * Dh);
   for (int b = 0; b < s.B; ++b)
     for (int kappa = 0; kappa < s.Hkv; ++kappa) {
@@ -152,36 +204,59 @@ void attention_backward_naive(T* dq, T* dk, T* dv, T* dsink, const T* dout, cons
           const T* gi = dout + (long(b) * s.Tq + i) * s.out_stride + h * Dh;
           const int pos = s.pos_offset + i;
           // a_ij = softmax over j <= pos (and the sink) of the logits (§1.1, §1.3)
-          double m = sink ? double(sink[h]) : -INFINITY;
+          const double sink_logit =
+              sink ? double(sink[h]) + (x.sink_slope ? double(x.sink_slope[h]) * pos : 0.0) : -INFINITY;
+          double m = sink_logit;
           for (int j = 0; j <= pos; ++j) {
             double dot = 0;
             for (int d = 0; d < Dh; ++d) dot += double(qi[d]) * double(kb[long(j) * s.kv_stride + d]);
-            a[j] = dot * double(scale) - (alibi_slopes ? double(alibi_slopes[h]) * (pos - j) : 0.0);
+            a[j] = dot * double(scale) - (x.alibi_slopes ? double(x.alibi_slopes[h]) * (pos - j) : 0.0);
             m = std::max(m, a[j]);
           }
-          double Z = sink ? std::exp(double(sink[h]) - m) : 0.0;
+          double Z = sink ? std::exp(sink_logit - m) : 0.0;
           for (int j = 0; j <= pos; ++j) Z += (a[j] = std::exp(a[j] - m));
           std::fill(y.begin(), y.end(), 0.0);
           for (int j = 0; j <= pos; ++j) {
             a[j] /= Z;
             for (int d = 0; d < Dh; ++d) y[d] += a[j] * double(vb[long(j) * s.kv_stride + d]);
           }
+          for (int d = 0; d < Dh; ++d) g[d] = double(gi[d]);
+          if (x.xsa_gamma) {
+            // §2.2: dy = g − γ(g·v̂)v̂; the own value gets the direct term; dγ = Σ −c·(g·v̂).
+            const double gamma = double(x.xsa_gamma[h]);
+            const T* vi = vb + long(pos) * s.kv_stride;
+            double n2 = 0;
+            for (int d = 0; d < Dh; ++d) n2 += double(vi[d]) * double(vi[d]);
+            const double nrm = std::sqrt(n2), n = std::max(nrm, kXsaEps);
+            for (int d = 0; d < Dh; ++d) vhat[d] = double(vi[d]) / n;
+            double c = 0, gv = 0;
+            for (int d = 0; d < Dh; ++d) c += y[d] * vhat[d], gv += g[d] * vhat[d];
+            double* dvi = &dv_acc[size_t(pos) * Dh];
+            for (int d = 0; d < Dh; ++d) {
+              const double dvhat = -gamma * (c * g[d] + gv * y[d]);
+              dvi[d] += nrm > kXsaEps ? (dvhat + gamma * 2 * c * gv * vhat[d]) / n : dvhat / kXsaEps;
+            }
+            if (x.dxsa_gamma) x.dxsa_gamma[h] += T(-c * gv);
+            for (int d = 0; d < Dh; ++d) g[d] -= gamma * gv * vhat[d];  // g is now dy
+          }
           double D = 0;  // D_i = dy_i·y_i
-          for (int d = 0; d < Dh; ++d) D += double(gi[d]) * y[d];
+          for (int d = 0; d < Dh; ++d) D += g[d] * y[d];
           std::fill(dqi.begin(), dqi.end(), 0.0);
           for (int j = 0; j <= pos; ++j) {
             double gv = 0;
-            for (int d = 0; d < Dh; ++d) gv += double(gi[d]) * double(vb[long(j) * s.kv_stride + d]);
+            for (int d = 0; d < Dh; ++d) gv += g[d] * double(vb[long(j) * s.kv_stride + d]);
             const double dl = a[j] * (gv - D);  // dℓ_ij
             for (int d = 0; d < Dh; ++d) {
               dqi[d] += dl * double(kb[long(j) * s.kv_stride + d]) * double(scale);
               dk_acc[size_t(j) * Dh + d] += dl * double(qi[d]) * double(scale);
-              dv_acc[size_t(j) * Dh + d] += a[j] * double(gi[d]);
+              dv_acc[size_t(j) * Dh + d] += a[j] * g[d];
             }
           }
           T* dqo = dq + b * s.q_batch_stride + long(i) * s.q_stride + h * Dh;
           for (int d = 0; d < Dh; ++d) dqo[d] = T(dqi[d]);
-          if (dsink) dsink[h] += T(-std::exp(double(sink[h]) - m) / Z * D);  // ds_h = −Σ p_sink·D (§1.3)
+          const double dsink_i = -std::exp(sink_logit - m) / Z * D;  // ds = −p_sink·D (§1.3)
+          if (dsink) dsink[h] += T(dsink_i);
+          if (x.dsink_slope) x.dsink_slope[h] += T(dsink_i * pos);
         }
       for (int j = 0; j < s.Tk; ++j)
         for (int d = 0; d < Dh; ++d) {
@@ -573,7 +648,7 @@ void online_softmax_dispatch(int n_vectors, T* scores, int bc, T* m, T* l, T* al
 // One forward task: the queries i0 .. i0+kTile−1 of head h in batch b.
 template <class T>
 void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
-                            const AttentionShape& s, const T* alibi_slopes, int b, int h, int i0) {
+                            const AttentionShape& s, const AttentionExtras<T>& x, int b, int h, int i0) {
   using S = Simd<T>;
   constexpr int W = S::W, TILE = kTile<T>;
   constexpr T kInf = std::numeric_limits<T>::infinity();
@@ -590,10 +665,11 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
   const T* kb = k + b * s.kv_batch_stride + kappa * Dh;
   const T* vb = v + b * s.kv_batch_stride + kappa * Dh;
   pack_transposed(q_packed, TILE, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh, scale);
-  // The sink opens the softmax as a key of logit s_h and zero value (§1.3): m = s_h, l = e^0.
-  std::fill(m, m + TILE, sink ? sink[h] : -kInf);
-  std::fill(l, l + TILE, sink ? T(1) : T(0));
   const int pos_first = s.pos_offset + i0, n_keys = pos_first + br;  // the last query sees keys 0..n_keys−1
+  // The sink opens the softmax as a key of logit s_h (+ slope·t_i) and zero value (§1.3): m = that
+  // logit, l = e^0. Padding lanes get a finite value too.
+  for (int r = 0; r < TILE; ++r) m[r] = sink ? sink[h] + (x.sink_slope ? x.sink_slope[h] * T(pos_first + r) : T(0)) : -kInf;
+  std::fill(l, l + TILE, sink ? T(1) : T(0));
   for (int j0 = 0; j0 < n_keys; j0 += TILE) {
     const int bc = std::min(TILE, n_keys - j0);
     if (j0 + TILE < n_keys) {  // the next key tile's rows
@@ -613,8 +689,8 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
                                1, q_packed + first, TILE, std::min(kBand<T>, bc - c0), lanes - first, Dh);
       }
     }
-    // Per-(i, j) score biases go here (§1.1: ALiBi now; GOAT's explicit prior in issue 3).
-    if (alibi_slopes) add_alibi_transposed(scores, alibi_slopes[h], j0 - pos_first, bc, n_vectors, lane);
+    // Per-(i, j) score biases go here (§1.2 ALiBi; GOAT's prior rides in extra q/k lanes instead).
+    if (x.alibi_slopes) add_alibi_transposed(scores, x.alibi_slopes[h], j0 - pos_first, bc, n_vectors, lane);
     // Causal mask: key j0+c is visible to query r iff j0+c <= pos_first+r. Padding lanes (r >= br)
     // see every key of the loop, so they stay finite.
     if (diagonal)
@@ -631,14 +707,24 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
     else
       tile_product<T, true>(o_acc, ld, alpha, scores, 1, TILE, v_rows, ld, br, Dh, bc, visible);
   }
-  // Per-row epilogue: normalize, store, save the log-sum-exp. (XSA's projection of issue 3 goes here.)
+  // Per-row epilogue: normalize, store, save the log-sum-exp; with XSA project out the own value
+  // (§2.1) and save c = y·v̂ for the backward.
   T* ob = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
   T* lse_row = lse + (long(b) * s.H + h) * s.Tq + i0;
   for (int r = 0; r < br; ++r) {
     const T inv = T(1) / l[r];
-    const T* o = o_acc + r * ld;
+    T* o = o_acc + r * ld;
     T* dst = ob + long(r) * s.out_stride;
-    for (int d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
+    if (x.xsa_gamma) {
+      for (int d = 0; d < Dh; ++d) o[d] *= inv;
+      const T* vi = vb + long(pos_first + r) * s.kv_stride;
+      const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps)), c = dot(o, vi, Dh) / n;
+      const T coef = x.xsa_gamma[h] * c / n;  // z = y − γ c v̂ = y − (γ c / n) v
+      for (int d = 0; d < Dh; ++d) dst[d] = o[d] - coef * vi[d];
+      x.xsa_c[(long(b) * s.H + h) * s.Tq + i0 + r] = c;
+    } else {
+      for (int d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
+    }
     lse_row[r] = m[r] + std::log(l[r]);
   }
 }
@@ -646,8 +732,8 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
 // One backward task: batch b, KV head kappa, with its G query heads (see the file comment).
 template <class T>
 void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
-                             const T* k, const T* v, T scale, const AttentionShape& s, const T* alibi_slopes, int b,
-                             int kappa) {
+                             const T* k, const T* v, T scale, const AttentionShape& s, const AttentionExtras<T>& x,
+                             int b, int kappa) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::W, TILE = kTile<T>, MAXD = kAttentionMaxHeadDim;
@@ -661,6 +747,7 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
   alignas(64) T p_tile[TILE * TILE];                 // S, then P: [query][key]
   alignas(64) T ds_tile[TILE * TILE];                // dP, then scale·dS: [query][key]
   alignas(64) T d_cache[kDCacheRows];                // D_i of the task's G heads, when they fit
+  alignas(64) T xsa_cache[kDCacheRows];              // XSA: γ(g_i·v_i)/n_i², same rows as d_cache
   const LaneIndex<T> lane;
   const long kv_offset = b * s.kv_batch_stride + kappa * Dh;
   const T* kb = k + kv_offset;
@@ -669,12 +756,20 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
   const V vscale = S::set1(scale);
   // D_i = dout_i·out_i is needed once per key tile; computed once here when G·Tq rows fit the
   // cache (every training shape), else recomputed per tile from the same dot (same bits).
+  // With XSA, dout is g = dL/dz and out is z: D_i = g_i·z_i still holds (§2.2), while every
+  // other use of dO needs dy = g − γ(g·v̂)v̂, made when the rows are copied (xsa_coef).
   const bool d_cached = long(G) * s.Tq <= kDCacheRows;
+  auto xsa_coef = [&](int h, int i) {  // γ(g·v)/n², so that dy = g − coef·v
+    const T* vi = vb + long(s.pos_offset + i) * s.kv_stride;
+    const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps));
+    return x.xsa_gamma[h] * dot(dout + (long(b) * s.Tq + i) * s.out_stride + h * Dh, vi, Dh) / (n * n);
+  };
   if (d_cached)
     for (int h = kappa * G; h < (kappa + 1) * G; ++h)
       for (int i = 0; i < s.Tq; ++i) {
         const long row = (long(b) * s.Tq + i) * s.out_stride + h * Dh;
         d_cache[(h - kappa * G) * s.Tq + i] = dot(dout + row, out + row, Dh);
+        if (x.xsa_gamma) xsa_cache[(h - kappa * G) * s.Tq + i] = xsa_coef(h, i);
       }
   for (int j0 = 0; j0 < s.Tk; j0 += TILE) {
     const int bc = std::min(TILE, s.Tk - j0);
@@ -688,13 +783,20 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
       const int i_first = std::max(0, j0 - s.pos_offset);  // the first query that sees key j0
       for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
         const T* lse_h = lse + (long(b) * s.H + h) * s.Tq;
-        const T slope = alibi_slopes ? alibi_slopes[h] : T(0);
+        const T slope = x.alibi_slopes ? x.alibi_slopes[h] : T(0);
         for (int i0 = i_first; i0 < s.Tq; i0 += TILE) {
           const int br = std::min(TILE, s.Tq - i0);
           T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
           const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
           copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
           copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
+          if (x.xsa_gamma)
+            for (int r = 0; r < br; ++r) {
+              const T coef = d_cached ? xsa_cache[(h - kappa * G) * s.Tq + i0 + r] : xsa_coef(h, i0 + r);
+              const T* vi = vb + long(s.pos_offset + i0 + r) * s.kv_stride;
+              T* gr = g_rows + r * ld;
+              for (int d = 0; d < Dh; ++d) gr[d] -= coef * vi[d];
+            }
           // S = Q·Kᵀ and dP = dO·Vᵀ for this (query tile, key tile). On the diagonal, bands of
           // kBand queries stop at the last key vector any of them sees.
           const int pos0 = s.pos_offset + i0;  // >= j0, since i0 >= i_first
@@ -716,15 +818,16 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
             const int nv = (visible + W - 1) / W;             // vectors computed above for this row
             std::fill(p + visible, p + nv * W, -kInf);         // includes padding keys >= Tk
             const V D = S::set1(d_cached ? d_cache[(h - kappa * G) * s.Tq + i0 + r]
-                                         : dot(g_rows + r * ld, oi + long(r) * s.out_stride, Dh));
+                                         : dot(dout + (long(b) * s.Tq + i0 + r) * s.out_stride + h * Dh,
+                                               oi + long(r) * s.out_stride, Dh));  // g·z, never dy·z (§2.2)
             const V L = S::set1(lse_h[i0 + r]);
             const V m = S::set1(slope), base = S::set1(T(j0 - pos));
             for (int vv = 0; vv < nv; ++vv) {
-              // x = scale·S + bias in one rounding, the same with or without ALiBi (zero slopes
+              // logit = scale·S + bias in one rounding, the same with or without ALiBi (zero slopes
               // reproduce no-ALiBi to the bit; GCC contracts a separate multiply and add anyway).
-              const V bias = alibi_slopes ? S::mul(m, S::add(base, S::load(lane.at + vv * W))) : S::zero();  // −m_h(t_i − t_j)
-              const V x = S::fmadd(S::load(p + vv * W), vscale, bias);
-              const V prob = S::exp(S::sub(x, L));
+              const V bias = x.alibi_slopes ? S::mul(m, S::add(base, S::load(lane.at + vv * W))) : S::zero();  // −m_h(t_i − t_j)
+              const V logit = S::fmadd(S::load(p + vv * W), vscale, bias);
+              const V prob = S::exp(S::sub(logit, L));
               S::store(p + vv * W, prob);
               S::store(g + vv * W, S::mul(S::mul(prob, S::sub(S::load(g + vv * W), D)), vscale));
             }
@@ -746,6 +849,28 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
         }
       }
     }
+    if (x.xsa_gamma)  // XSA's direct term on each key that is also a query: its own value (§2.2)
+      for (int c = 0; c < bc; ++c) {
+        const int i = j0 + c - s.pos_offset;
+        if (i < 0 || i >= s.Tq) continue;
+        const T* vi = vb + long(j0 + c) * s.kv_stride;
+        const T nrm = std::sqrt(dot(vi, vi, Dh)), n = std::max(nrm, T(kXsaEps));
+        T* acc = dv_acc + c * ld;
+        for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
+          const long row = (long(b) * s.Tq + i) * s.out_stride + h * Dh;
+          const T* g = dout + row;
+          const T* z = out + row;
+          const T gamma = x.xsa_gamma[h], cy = x.xsa_c[(long(b) * s.H + h) * s.Tq + i], gv = dot(g, vi, Dh) / n;
+          if (nrm > T(kXsaEps)) {
+            // −(γ/n)(c·g + gv·y − 2c·gv·v̂) with y = z + γc·v̂
+            const T a = -gamma / n, bv = -gamma * (gamma - 2) * cy * gv / (n * n);
+            for (int d = 0; d < Dh; ++d) acc[d] += a * (cy * g[d] + gv * z[d]) + bv * vi[d];
+          } else {  // dv̂/ε with dv̂ = −γ(c·g + gv·y)
+            const T a = -gamma / T(kXsaEps), bv = gamma * cy / n;
+            for (int d = 0; d < Dh; ++d) acc[d] += a * (cy * g[d] + gv * (z[d] + bv * vi[d]));
+          }
+        }
+      }
     copy_rows(dk + kv_offset + long(j0) * s.kv_stride, s.kv_stride, dk_acc, ld, bc, Dh);
     copy_rows(dv + kv_offset + long(j0) * s.kv_stride, s.kv_stride, dv_acc, ld, bc, Dh);
   }
@@ -764,16 +889,26 @@ inline bool worth_threads(const AttentionShape& s) {
 // Fast kernels
 // ---------------------------------------------------------------------------------------------
 
-// Causal attention forward (§1.1, with the learned sink of §1.3 and ALiBi of §1.2).
+// Checks that the optional terms come with what they need (a programming error upstream if not).
+template <class T>
+void check_attention_extras(const AttentionExtras<T>& x, const T* sink, const char* who) {
+  if (x.sink_slope && !sink) fail(who, ": sink_slope needs the sink logits");
+  if (x.dsink_slope && !x.sink_slope) fail(who, ": dsink_slope is given but sink_slope is null");
+  if (x.xsa_gamma && !x.xsa_c) fail(who, ": XSA needs the row buffer xsa_c [B, H, Tq]");
+  if (x.dxsa_gamma && !x.xsa_gamma) fail(who, ": dxsa_gamma is given but xsa_gamma is null");
+}
+
+// Causal attention forward (§1.1, with the learned sink of §1.3, ALiBi of §1.2, GOAT's sink slope
+// of §3.4 and XSA of §2.1: see AttentionExtras).
 // q at q + b*q_batch_stride + i*q_stride + h*Dh; k/v at k + b*kv_batch_stride + j*kv_stride + kappa*Dh.
-// out (B,Tq,H*Dh) at out_stride; lse (B,H,Tq) = row log-sum-exp (including the sink term), saved
-// for the backward. sink: [H] learned sink logits or nullptr. alibi_slopes: [H] ALiBi slopes m_h
-// or nullptr. scale = 1/sqrt(Dh) normally. No heap allocation (about 210 KiB of stack per thread,
-// in float; see the top of this file).
+// out (B,Tq,H*Dh) at out_stride (z under XSA); lse (B,H,Tq) = row log-sum-exp (including the sink
+// term), saved for the backward. sink: [H] learned sink logits or nullptr. scale = 1/sqrt(Dh)
+// normally. No heap allocation (about 210 KiB of stack per thread, in float; see the top of this file).
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
-                       const AttentionShape& s, const T* alibi_slopes = nullptr) {
+                       const AttentionShape& s, const AttentionExtras<T>& x = {}) {
   check_attention_shape(s, "attention_forward");
+  check_attention_extras(x, sink, "attention_forward");
   constexpr int TILE = detail::kTile<T>;
   const int n_query_tiles = (s.Tq + TILE - 1) / TILE;
   const long n_heads = long(s.B) * s.H, n_tasks = n_heads * n_query_tiles;
@@ -783,39 +918,56 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
     // rows first: the loop then ends on short tasks, which balances the two threads.
     const int query_tile = n_query_tiles - 1 - int(task % n_query_tiles);
     const int b = int(task / n_query_tiles / s.H), h = int(task / n_query_tiles % s.H);
-    detail::attention_forward_task(out, lse, q, k, v, sink, scale, s, alibi_slopes, b, h, query_tile * TILE);
+    detail::attention_forward_task(out, lse, q, k, v, sink, scale, s, x, b, h, query_tile * TILE);
   }
 }
 
-// Causal attention backward (§1.1 Backward, §1.3). dq, dk, dv WRITTEN, with the layouts and strides
-// of q, k, v (in the packed dqkv buffer only the q/k/v parts are written). dsink [H] += (if
-// non-null; needs sink). dout, out (B,Tq,H*Dh) at out_stride; lse from attention_forward.
+// Causal attention backward (§1.1 Backward, §1.3, §2.2). dq, dk, dv WRITTEN, with the layouts and
+// strides of q, k, v (in the packed dqkv buffer only the q/k/v parts are written). dsink [H] += (if
+// non-null; needs sink); x.dsink_slope, x.dxsa_gamma += (if non-null). dout = dL/d(out) (g = dL/dz
+// under XSA), out and lse from attention_forward with the same x.
 // D_i = dout_i·out_i is computed inside and probabilities are recomputed from lse: no B×H×T×T
-// buffer anywhere. No heap allocation (about 520 KiB of stack per thread in float).
+// buffer anywhere. No heap allocation (about 550 KiB of stack per thread in float).
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,
-                        const T* alibi_slopes = nullptr) {
+                        const AttentionExtras<T>& x = {}) {
   check_attention_shape(s, "attention_backward");
+  check_attention_extras(x, sink, "attention_backward");
   if (dsink && !sink) fail("attention_backward: dsink is given but sink is null; pass the sink logits or no dsink");
   const long n_tasks = long(s.B) * s.Hkv;
 #pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
   for (long task = 0; task < n_tasks; ++task)
-    detail::attention_backward_task(dq, dk, dv, dout, out, lse, q, k, v, scale, s, alibi_slopes, int(task / s.Hkv),
+    detail::attention_backward_task(dq, dk, dv, dout, out, lse, q, k, v, scale, s, x, int(task / s.Hkv),
                                     int(task % s.Hkv));
-  if (dsink) {
-    // ds_h = −Σ_{b,i} p_sink·D_i with p_sink = exp(s_h − lse_i) (§1.3): one reduction per head,
-    // so it needs no shared accumulator between threads.
+  if (dsink || x.dsink_slope || x.dxsa_gamma) {
+    // Per-head reductions over rows, one head per iteration (no shared accumulator between threads):
+    // ds_h = −Σ_{b,i} p_sink·D_i with p_sink = exp(sink logit − lse_i) (§1.3), its slope part
+    // weighted by t_i, and XSA's dL/dγ_h = Σ_{b,i} −c·(g·v̂) (§2.2).
+    const int G = s.H / s.Hkv;
 #pragma omp parallel for schedule(static) if (detail::worth_threads(s))
     for (int h = 0; h < s.H; ++h) {
-      double acc = 0;
+      double acc_sink = 0, acc_slope = 0, acc_xsa = 0;
       for (int b = 0; b < s.B; ++b)
         for (int i = 0; i < s.Tq; ++i) {
           const long row = (long(b) * s.Tq + i) * s.out_stride + h * s.Dh;
-          const T D = detail::dot(dout + row, out + row, s.Dh);
-          acc -= std::exp(double(sink[h]) - double(lse[(long(b) * s.H + h) * s.Tq + i])) * double(D);
+          const int pos = s.pos_offset + i;
+          if (dsink || x.dsink_slope) {
+            const double D = double(detail::dot(dout + row, out + row, s.Dh));
+            const double logit = double(sink[h]) + (x.sink_slope ? double(x.sink_slope[h]) * pos : 0.0);
+            const double ds = -std::exp(logit - double(lse[(long(b) * s.H + h) * s.Tq + i])) * D;
+            acc_sink += ds;
+            acc_slope += ds * pos;
+          }
+          if (x.dxsa_gamma) {
+            const T* vi = v + b * s.kv_batch_stride + long(pos) * s.kv_stride + (h / G) * s.Dh;
+            const double n = std::max(std::sqrt(double(detail::dot(vi, vi, s.Dh))), kXsaEps);
+            acc_xsa -= double(x.xsa_c[(long(b) * s.H + h) * s.Tq + i]) * double(detail::dot(dout + row, vi, s.Dh)) / n;
+          }
         }
-      dsink[h] += T(acc);
+      if (dsink) dsink[h] += T(acc_sink);
+      if (x.dsink_slope) x.dsink_slope[h] += T(acc_slope);
+      if (x.dxsa_gamma) x.dxsa_gamma[h] += T(acc_xsa);
     }
   }
 }

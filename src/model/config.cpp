@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -86,6 +87,32 @@ std::string parse_choice(const std::string& key, const std::string& raw, const s
   bad_value(key, raw, where, "one of " + list);
 }
 
+// A layer selection (§7.2 `layers = all | [i, ...]`): "all" gives an empty list; otherwise a list
+// of distinct non-negative integers. The range [0, L) is checked once n_layer is known.
+std::vector<int> parse_layers(const std::string& key, const std::string& raw, const std::string& where) {
+  const std::string v = unquote(raw);
+  if (v == "all") return {};
+  if (v.size() < 2 || v.front() != '[' || v.back() != ']')
+    bad_value(key, raw, where, "all or a list of 0-based layer indices such as [0, 2]");
+  std::vector<int> out;
+  std::stringstream in(v.substr(1, v.size() - 2));
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::string t = trim(item);
+    if (t.empty()) bad_value(key, raw, where, "all or a list of 0-based layer indices such as [0, 2]");
+    const int layer = (int)parse_int(key, t, where, 0, 1 << 20);
+    if (std::find(out.begin(), out.end(), layer) != out.end()) bad_value(key, raw, where, "distinct layer indices");
+    out.push_back(layer);
+  }
+  if (out.empty()) bad_value(key, raw, where, "all or a non-empty list of layer indices");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+nlohmann::json layers_json(const std::vector<int>& layers) {
+  return layers.empty() ? nlohmann::json("all") : nlohmann::json(layers);
+}
+
 std::vector<KeyDef> make_keys() {
   std::vector<KeyDef> k;
   auto always = [](const Config&) { return true; };
@@ -136,10 +163,33 @@ std::vector<KeyDef> make_keys() {
 
   add_choice("attn.pos", [](Config& c) -> std::string& { return c.attn.pos; }, {"none", "learned", "rope", "alibi", "goat"});
   add_float("attn.rope.base", [](Config& c) -> double& { return c.attn.rope_base; }, 1.0, 1e12,
-            [](const Config& c) { return c.attn.pos == "rope"; }, "attn.pos is not rope");
+            [](const Config& c) { return c.attn.pos == "rope" || (c.attn.pos == "goat" && c.attn.goat.other_pos == "rope"); },
+            "no layer uses rope (attn.pos is not rope, nor goat with attn.goat.other_pos = rope)");
   add_choice("attn.sink", [](Config& c) -> std::string& { return c.attn.sink; }, {"none", "learned"});
   add_float("attn.sink.init", [](Config& c) -> double& { return c.attn.sink_init; }, -1e6, 1e6,
             [](const Config& c) { return c.attn.sink == "learned"; }, "attn.sink is not learned");
+  add_choice("attn.xsa", [](Config& c) -> std::string& { return c.attn.xsa; }, {"off", "on", "gated"});
+  auto xsa_active = [](const Config& c) { return c.attn.xsa != "off"; };
+  k.push_back({"attn.xsa.layers",
+               [](Config& c, const std::string& v, const std::string& w) { c.attn.xsa_layers = parse_layers("attn.xsa.layers", v, w); },
+               [](const Config& c) { return layers_json(c.attn.xsa_layers); }, xsa_active, "attn.xsa is off"});
+  auto goat = [](const Config& c) { return c.attn.pos == "goat"; };
+  const std::string no_goat = "attn.pos is not goat";
+  add_int("attn.goat.pos_rank", [](Config& c) -> int& { return c.attn.goat.pos_rank; }, 0, 256, goat, no_goat);
+  add_int("attn.goat.abs_rank", [](Config& c) -> int& { return c.attn.goat.abs_rank; }, 0, 31, goat, no_goat);
+  add_float("attn.goat.pos_base", [](Config& c) -> double& { return c.attn.goat.pos_base; }, 1.0, 1e12, goat, no_goat);
+  add_float("attn.goat.abs_base", [](Config& c) -> double& { return c.attn.goat.abs_base; }, 1.0, 1e12, goat, no_goat);
+  k.push_back({"attn.goat.key_bias",
+               [](Config& c, const std::string& v, const std::string& w) { c.attn.goat.key_bias = parse_bool("attn.goat.key_bias", v, w); },
+               [](const Config& c) { return nlohmann::json(c.attn.goat.key_bias); }, goat, no_goat});
+  add_int("attn.goat.train_len", [](Config& c) -> int& { return c.attn.goat.train_len; }, 1, 1 << 24, goat, no_goat);
+  add_choice("attn.goat.init", [](Config& c) -> std::string& { return c.attn.goat.init; }, {"seeded", "uniform"}, goat, no_goat);
+  add_float("attn.goat.init_std", [](Config& c) -> double& { return c.attn.goat.init_std; }, 0.0, 10.0, goat, no_goat);
+  k.push_back({"attn.goat.layers",
+               [](Config& c, const std::string& v, const std::string& w) { c.attn.goat.layers = parse_layers("attn.goat.layers", v, w); },
+               [](const Config& c) { return layers_json(c.attn.goat.layers); }, goat, no_goat});
+  add_choice("attn.goat.other_pos", [](Config& c) -> std::string& { return c.attn.goat.other_pos; }, {"none", "rope", "alibi"}, goat,
+             no_goat);
 
   // Residual kinds (§7.2).
   add_choice("residual.kind", [](Config& c) -> std::string& { return c.residual.kind; }, {"standard", "attnres", "hyper", "mhc", "dar"});
@@ -204,14 +254,6 @@ const std::vector<KeyDef>& keys() {
   return k;
 }
 
-// Keys of the spec (§7.2) whose mechanisms this version does not implement yet: naming them is an
-// error that says so, rather than an "unknown key" (or, worse, silently ignoring them).
-bool is_future_key(const std::string& key) {
-  for (const char* p : {"attn.xsa", "attn.goat."})
-    if (key.rfind(p, 0) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin) {
@@ -260,12 +302,7 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   for (const auto& a : assignments) {
     const KeyDef* def = nullptr;
     for (const auto& kd : keys()) if (kd.name == a.key) def = &kd;
-    if (!def) {
-      if (is_future_key(a.key))
-        fail(a.origin, ": ", a.key, ": this mechanism is specified (MECHANISMS.md §7.2) but not implemented in attnlab ",
-             "0.1 yet; remove the key");
-      fail(a.origin, ": unknown configuration key '", a.key, "'");
-    }
+    if (!def) fail(a.origin, ": unknown configuration key '", a.key, "'");
     def->set(c, a.value, a.origin);
     given[a.key] = &a;
   }
@@ -287,8 +324,25 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
     fail(where("model.kv_heads"), ": model.n_head = ", m.n_head, " is not divisible by model.kv_heads = ", m.kv_heads);
   if (c.attn.pos == "rope" && m.head_dim() % 2 != 0)
     fail(where("attn.pos"), ": attn.pos = rope needs an even head dimension, but model.d_model / model.n_head = ", m.head_dim());
-  if (c.attn.pos == "goat")
-    fail(where("attn.pos"), ": attn.pos = goat is specified (MECHANISMS.md §3) but not implemented in attnlab 0.1 yet; use none, learned, rope or alibi");
+  for (const auto& [key, layers] : {std::pair<const char*, const std::vector<int>*>{"attn.xsa.layers", &c.attn.xsa_layers},
+                                    {"attn.goat.layers", &c.attn.goat.layers}})
+    for (int layer : *layers)
+      if (layer >= m.n_layer)
+        fail(where(key), ": ", key, " names layer ", layer, ", outside [0, ", m.n_layer, ") (model.n_layer = ", m.n_layer, ")");
+  if (c.attn.pos == "goat") {
+    GoatConfig& g = c.attn.goat;
+    if (!given.count("attn.goat.train_len")) g.train_len = m.seq_len;
+    if (m.head_dim() - g.prior_lanes() < 1)
+      fail(where("attn.goat.pos_rank"), ": GOAT needs a content dimension D_h − (2·pos_rank + key_bias) >= 1, but D_h = ",
+           m.head_dim(), " and 2·", g.pos_rank, " + ", g.key_bias ? 1 : 0, " = ", g.prior_lanes(),
+           "; use wider heads (fewer model.n_head) or a smaller attn.goat.pos_rank");
+    if (m.kv_heads > 256 || m.kv_heads * g.pos_rank > 2048)
+      fail(where("attn.goat.pos_rank"), ": GOAT supports at most 256 KV heads and kv_heads·pos_rank <= 2048 (got ", m.kv_heads,
+           "·", g.pos_rank, ")");
+    const bool all = g.layers.empty() || (int)g.layers.size() == m.n_layer;
+    if (!all && g.other_pos == "rope" && m.head_dim() % 2 != 0)
+      fail(where("attn.goat.other_pos"), ": attn.goat.other_pos = rope needs an even head dimension, but it is ", m.head_dim());
+  }
   ResidualConfig& r = c.residual;
   if (r.block_size == 0) r.block_size = r.kind == "dar" ? 2 : 1;  // §7.2 defaults (unused by the other kinds)
   for (const char* key : {"residual.mhc.home_weight", "residual.mhc.res_diag"}) {
@@ -302,6 +356,19 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   if (c.data.val.empty()) c.data.val = c.data.dir + "/val.bin";
   if (c.data.tokenizer.empty()) c.data.tokenizer = c.data.dir + "/tokenizer.model";
   return c;
+}
+
+bool AttentionConfig::xsa_at(int layer) const {
+  return xsa != "off" && (xsa_layers.empty() || std::find(xsa_layers.begin(), xsa_layers.end(), layer) != xsa_layers.end());
+}
+
+bool AttentionConfig::goat_at(int layer) const {
+  return pos == "goat" && (goat.layers.empty() || std::find(goat.layers.begin(), goat.layers.end(), layer) != goat.layers.end());
+}
+
+std::string AttentionConfig::pos_at(int layer) const {
+  if (pos != "goat") return pos;
+  return goat_at(layer) ? "goat" : goat.other_pos;
 }
 
 nlohmann::json Config::to_json() const {

@@ -26,11 +26,33 @@ struct ModelConfig {
   int qkv_dim() const { return (n_head + 2 * kv_heads) * head_dim(); }
 };
 
+// GOAT trainable attention priors (MECHANISMS.md §3.9).
+struct GoatConfig {
+  int pos_rank = 4;               // R: relative Fourier frequencies
+  int abs_rank = 4;               // M: absolute features of the key-only sink MLP
+  double pos_base = 10000.0, abs_base = 10000.0;
+  bool key_bias = true;           // the key-only lane (sink MLP, BOS bump, recency slope)
+  int train_len = 0;              // τ; resolved to model.seq_len when not set
+  std::string init = "seeded";    // seeded | uniform (§3.6)
+  double init_std = 1e-3;
+  std::vector<int> layers;        // empty = all layers
+  std::string other_pos = "rope"; // none | rope | alibi: the scheme of the non-GOAT layers
+  int prior_lanes() const { return 2 * pos_rank + (key_bias ? 1 : 0); }
+};
+
 struct AttentionConfig {
-  std::string pos = "rope";  // none | learned | rope | alibi   (goat: issue 3)
+  std::string pos = "rope";  // none | learned | rope | alibi | goat
   double rope_base = 10000.0;
   std::string sink = "none";  // none | learned
   double sink_init = 0.0;
+  std::string xsa = "off";    // off | on | gated (§2)
+  std::vector<int> xsa_layers;  // empty = all layers
+  GoatConfig goat;
+  bool xsa_at(int layer) const;   // XSA acts on this layer
+  bool goat_at(int layer) const;  // GOAT priors on this layer (attn.pos = goat and in attn.goat.layers)
+  // The positional scheme of a layer: "goat" on GOAT layers, attn.goat.other_pos on the others when
+  // attn.pos = goat, attn.pos otherwise.
+  std::string pos_at(int layer) const;
 };
 
 // The residual connection around every sublayer (MECHANISMS.md §4, §5, §6; keys §7.2).

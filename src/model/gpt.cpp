@@ -50,12 +50,51 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg), residual_(make_residual<T>(cfg_)) {
     reg_.add(p + ".weight", {in, out}, Init::Normal, std, true);
     if (m.bias) reg_.add(p + ".bias", {out}, Init::Zero, 0, false);
   };
+  const AttentionConfig& ac = cfg_.attn;
+  const GoatConfig& gc = ac.goat;
+  goat_shape_ = {H, m.kv_heads, Dh, gc.pos_rank, gc.abs_rank, gc.key_bias};
+  lattn_.resize(L);
+  for (int i = 0; i < L; ++i) {
+    LayerAttention& la = lattn_[i];
+    const std::string pos = ac.pos_at(i);
+    la.rope = pos == "rope";
+    la.alibi = pos == "alibi";
+    la.goat = pos == "goat";
+    la.xsa = ac.xsa_at(i);
+    la.qkv_cols = la.goat ? goat_shape_.compact_dim() : m.qkv_dim();
+    max_qkv_cols_ = std::max(max_qkv_cols_, la.qkv_cols);
+    any_rope_ |= la.rope;
+    any_goat_ |= la.goat;
+  }
   for (int i = 0; i < L; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     add_norm(b + "ln1");
-    add_linear(b + "attn.qkv", C, m.qkv_dim(), std0);
+    add_linear(b + "attn.qkv", C, lattn_[i].qkv_cols, std0);
     add_linear(b + "attn.proj", H * Dh, C, std_out);
-    if (cfg_.attn.sink == "learned") reg_.add(b + "attn.sink", {H}, Init::Constant, cfg_.attn.sink_init, false);
+    if (ac.sink == "learned") reg_.add(b + "attn.sink", {H}, Init::Constant, ac.sink_init, false);
+    if (lattn_[i].xsa && ac.xsa == "gated") reg_.add(b + "attn.xsa_gate", {H}, Init::Zero, 0, false);  // §2.1: zero-init, no decay
+    if (lattn_[i].goat) {
+      // §3.3 parameters and §3.6 init; none is weight-decayed [Ours].
+      const std::string g = b + "attn.goat.";
+      const int Hkv = m.kv_heads, R = gc.pos_rank, F = goat_shape_.features();
+      const bool seeded = gc.init == "seeded";
+      reg_.add(g + "A", {Hkv, R}, seeded ? Init::Normal : Init::Zero, 0.01, false);
+      reg_.add(g + "B", {Hkv, R}, Init::Zero, 0, false);
+      if (gc.key_bias) {
+        reg_.add(g + "W1", {kernels::kGoatHidden, F}, Init::Normal, gc.init_std, false);
+        reg_.add(g + "b1", {kernels::kGoatHidden}, Init::Zero, 0, false);
+        reg_.add(g + "w2", {kernels::kGoatHidden}, seeded ? Init::Normal : Init::Zero, gc.init_std, false);
+        reg_.add(g + "b2", {1}, Init::Zero, 0, false);
+        reg_.add(g + "gain", {Hkv}, Init::One, 0, false);
+        reg_.add(g + "bump", {Hkv}, Init::Zero, 0, false);
+        std::vector<double> rho(Hkv, -30.0);  // uniform: softplus(−30) ≈ 1e-13, no recency
+        if (seeded) {  // the recency term starts as exact ALiBi with slopes for H_kv heads
+          const std::vector<double> slopes = alibi_slopes(Hkv);
+          for (int k = 0; k < Hkv; ++k) rho[k] = kernels::goat_softplus_inverse(slopes[k]);
+        }
+        reg_.add_values(g + "rho", {Hkv}, rho, false);
+      }
+    }
     add_norm(b + "ln2");
     if (gelu) add_linear(b + "mlp.fc", C, m.mlp_hidden, std0);
     else add_linear(b + "mlp.gate_up", C, 2 * m.mlp_hidden, std0);
@@ -79,9 +118,21 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg), residual_(make_residual<T>(cfg_)) {
   lnf_w_ = ptr(params(), "ln_f.weight"); lnf_b_ = ptr(params(), "ln_f.bias");
   dwte_ = ptr(grads(), "wte"); dwpe_ = ptr(grads(), "wpe");
   dlnf_w_ = ptr(grads(), "ln_f.weight"); dlnf_b_ = ptr(grads(), "ln_f.bias");
-  if (cfg_.attn.pos == "rope") rope_ = kernels::make_rope_table<T>(m.seq_len, Dh, cfg_.attn.rope_base);
-  if (cfg_.attn.pos == "alibi")
-    for (double slope : alibi_slopes(H)) alibi_slopes_.push_back(T(slope));
+  for (const auto& la : lattn_)
+    if (la.alibi && alibi_slopes_.empty())
+      for (double slope : alibi_slopes(H)) alibi_slopes_.push_back(T(slope));
+  if (ac.xsa == "on") xsa_ones_.assign(H, T(1));
+  ensure_positions(m.seq_len);
+}
+
+template <class T>
+void GPT<T>::ensure_positions(int n) {
+  const ModelConfig& m = cfg_.model;
+  if (any_rope_ && n > rope_.max_pos) rope_ = kernels::make_rope_table<T>(n, m.head_dim(), cfg_.attn.rope_base);
+  if (any_goat_ && n > goat_tab_.max_pos) {
+    const GoatConfig& g = cfg_.attn.goat;
+    goat_tab_ = kernels::make_goat_tables<T>(n, g.pos_rank, g.abs_rank, g.pos_base, g.abs_base, g.train_len);
+  }
 }
 
 template <class T>
@@ -102,6 +153,10 @@ void GPT<T>::bind_layers(LayerParams* table, T* base) const {
     p.fc_w = ptr(b + (gelu ? "mlp.fc.weight" : "mlp.gate_up.weight"));
     p.fc_b = ptr(b + (gelu ? "mlp.fc.bias" : "mlp.gate_up.bias"));
     p.mlp_proj_w = ptr(b + "mlp.proj.weight"); p.mlp_proj_b = ptr(b + "mlp.proj.bias");
+    p.xsa_gate = ptr(b + "attn.xsa_gate");
+    const std::string g = b + "attn.goat.";
+    p.goat = {ptr(g + "A"), ptr(g + "B"), ptr(g + "W1"), ptr(g + "b1"), ptr(g + "w2"), ptr(g + "b2"),
+              ptr(g + "gain"), ptr(g + "bump"), ptr(g + "rho")};
   }
 }
 
@@ -137,7 +192,7 @@ void GPT<T>::init_weights(uint64_t seed) {
         case Init::Zero: p[i] = T(0); break;
         case Init::One: p[i] = T(1); break;
         case Init::Constant: p[i] = T(s.init_value); break;
-        case Init::Values: p[i] = T(s.values[i]); break;
+        case Init::Values: p[i] = T(s.init_values[i]); break;
       }
     }
   }
@@ -172,6 +227,20 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
       l.fc = arena.template take<T>(N * fc_cols);
       l.act = arena.template take<T>(N * m.mlp_hidden);
     }
+    for (int i = 0; i < (int)L; ++i) {
+      auto& l = ws.layers[i];
+      if (lattn_[i].xsa) {
+        l.xsa_c = arena.template take<T>(N * H);
+        l.xsa_gamma = arena.template take<T>(H);
+      }
+      if (lattn_[i].goat) l.sink_slope = arena.template take<T>(H);
+    }
+    if (any_goat_) {
+      ws.qkvc = arena.template take<T>(N * goat_shape_.compact_dim());
+      ws.goat_u = arena.template take<T>(2 * (size_t)seq);  // forward: u; backward: u and du
+    }
+    ws.dslope = arena.template take<T>(H);
+    ws.dgamma = arena.template take<T>(H);
     ws.lnf = arena.template take<T>(N * C);
     ws.lnf_mean = arena.template take<T>(N);
     ws.lnf_rstd = arena.template take<T>(N);
@@ -192,11 +261,11 @@ template <class T>
 void GPT<T>::plan(int B, int seq) {
   if (B < 1 || seq < 1) fail("micro-batch shape must be positive, got B=", B, " T=", seq);
   if (seq > cfg_.model.seq_len) {
-    // Longer than training (length extrapolation, §8.6): fine for none and rope, N/A for learned.
+    // Longer than training (length extrapolation, §8.6): fine for every scheme but learned positions.
     if (cfg_.attn.pos == "learned")
       fail("sequence length ", seq, " exceeds model.seq_len = ", cfg_.model.seq_len, ": learned positions are undefined there (N/A)");
-    if (cfg_.attn.pos == "rope") rope_ = kernels::make_rope_table<T>(seq, cfg_.model.head_dim(), cfg_.attn.rope_base);
   }
+  ensure_positions(seq);
   ATTNLAB_CHECK(!arena_.committed(), "plan() called twice");
   B_ = B;
   T_ = seq;
@@ -230,14 +299,20 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
   ResidualState& rs = *ws.residual;
   kernels::embedding_forward(R.embedding(rs), inputs, wte_, wpe_, B, Tq, C, pos_offset);
   R.begin(rs, N);
-  const T scale = T(1) / std::sqrt(T(Dh));
   for (int l = 0; l < m.n_layer; ++l) {
     const LayerParams& p = layer_params_[l];
+    const LayerAttention& la = lattn_[l];
     auto& a = ws.layers[l];
     const T* x = R.read(rs, 2 * l + 1, N);
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
-    kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, qkvC);
-    if (cfg_.attn.pos == "rope") kernels::rope_forward(a.qkv, rope_, B, Tq, H + Hkv, Dh, qkvC, pos_offset);
+    if (la.goat) {  // compact projection, then the §3.4 lanes packed around it
+      kernels::linear_forward(ws.qkvc, a.ln1, p.qkv_w, p.qkv_b, N, C, la.qkv_cols);
+      kernels::goat_pack_forward(a.qkv, a.sink_slope, ws.goat_u, ws.qkvc, p.goat_params(), goat_tab_, goat_shape_, B, Tq,
+                                 pos_offset);
+    } else {
+      kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, qkvC);
+    }
+    if (la.rope) kernels::rope_forward(a.qkv, rope_, B, Tq, H + Hkv, Dh, qkvC, pos_offset);
     kernels::AttentionShape s{};
     s.B = B; s.Tq = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC;
@@ -262,7 +337,7 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       kp = a.qkv + H * Dh; vp = a.qkv + (H + Hkv) * Dh;
       s.Tk = Tq; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC; s.pos_offset = 0;
     }
-    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, scale, s, alibi());
+    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, attention_scale(l), s, attention_extras(l, a));
     kernels::linear_forward(R.branch(rs, 2 * l + 1), a.att, p.proj_w, p.proj_b, N, H * Dh, C);
     R.write(rs, 2 * l + 1, N);
     const T* x1 = R.read(rs, 2 * l + 2, N);
@@ -282,7 +357,6 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
   const ModelConfig& m = cfg_.model;
   const int B = ws.B, Tq = ws.seq, N = B * Tq, C = m.d_model, H = m.n_head, Hkv = m.kv_heads, Dh = m.head_dim();
   const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
-  const T scale = T(1) / std::sqrt(T(Dh));
   const Residual<T>& R = *residual_;
   ResidualState& rs = *ws.residual;
   norm_backward(R.read_out_grad(rs, N), dlnf_w_, dlnf_b_, ws.dln, R.final_input(rs), lnf_w_, ws.lnf_mean, ws.lnf_rstd, N);
@@ -306,15 +380,52 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     s.B = B; s.Tq = Tq; s.Tk = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC;
     s.out_stride = H * Dh; s.pos_offset = 0;
+    const LayerAttention& la = lattn_[l];
+    kernels::AttentionExtras<T> x = attention_extras(l, a);
+    if (p.sink && la.goat) std::fill(ws.dslope, ws.dslope + H, T(0)), x.dsink_slope = ws.dslope;
+    if (la.xsa && p.xsa_gate) std::fill(ws.dgamma, ws.dgamma + H, T(0)), x.dxsa_gamma = ws.dgamma;
     kernels::attention_backward(ws.dqkv, ws.dqkv + H * Dh, ws.dqkv + (H + Hkv) * Dh, g.sink, ws.datt, a.att, a.lse, a.qkv,
-                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, scale, s, alibi());
-    if (cfg_.attn.pos == "rope") kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);
-    kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, p.qkv_w, N, C, qkvC);
+                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, attention_scale(l), s, x);
+    if (x.dxsa_gamma)  // γ = tanh(a): da = (1 − γ²)·dγ (§2.2)
+      for (int h = 0; h < H; ++h) g.xsa_gate[h] += (T(1) - a.xsa_gamma[h] * a.xsa_gamma[h]) * ws.dgamma[h];
+    if (la.rope) kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);
+    if (la.goat) {
+      kernels::goat_pack_backward(ws.qkvc, g.goat, ws.goat_u, ws.dqkv, x.dsink_slope, p.goat_params(), goat_tab_, goat_shape_, B,
+                                  Tq, 0);
+      kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.qkvc, a.ln1, p.qkv_w, N, C, la.qkv_cols);
+    } else {
+      kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, p.qkv_w, N, C, qkvC);
+    }
     norm_backward(R.input_grad(rs, 2 * l + 1, N), g.ln1_w, g.ln1_b, ws.dln, R.input(rs, 2 * l + 1), p.ln1_w, a.ln1_mean,
                   a.ln1_rstd, N);
     R.read_backward(rs, 2 * l + 1, N);
   }
   kernels::embedding_backward(dwte_, dwpe_, R.embedding_grad(rs, N), inputs, B, Tq, C, 0);
+}
+
+template <class T>
+T GPT<T>::attention_scale(int l) const {
+  // GOAT layers fold 1/sqrt(D_c) into the packed queries and leave the prior unscaled (§3.4).
+  return lattn_[l].goat ? T(1) : T(1) / std::sqrt(T(cfg_.model.head_dim()));
+}
+
+template <class T>
+kernels::AttentionExtras<T> GPT<T>::attention_extras(int l, const typename Workspace::Layer& a) const {
+  const LayerAttention& la = lattn_[l];
+  const LayerParams& p = layer_params_[l];
+  kernels::AttentionExtras<T> x;
+  if (la.alibi) x.alibi_slopes = alibi_slopes_.data();
+  if (la.goat && p.sink) x.sink_slope = a.sink_slope;  // the key form's row constant moves the sink too
+  if (la.xsa) {
+    const int H = cfg_.model.n_head;
+    if (p.xsa_gate)
+      for (int h = 0; h < H; ++h) a.xsa_gamma[h] = std::tanh(p.xsa_gate[h]);  // gated: γ = tanh(a)
+    else
+      std::copy(xsa_ones_.begin(), xsa_ones_.end(), a.xsa_gamma);
+    x.xsa_gamma = a.xsa_gamma;
+    x.xsa_c = a.xsa_c;
+  }
+  return x;
 }
 
 template <class T>
@@ -375,8 +486,7 @@ void GPT<T>::plan_inference(int B, int capacity, int max_chunk) {
   inf_logits_scratch_ = base + 2 * m.n_layer * per_layer;
   plan_workspace(inf_arena_, inf_ws_, B, max_chunk, false);
   inf_max_rows_ = B * max_chunk;
-  if (cfg_.attn.pos == "rope" && capacity > rope_.max_pos)
-    rope_ = kernels::make_rope_table<T>(capacity, m.head_dim(), cfg_.attn.rope_base);
+  ensure_positions(capacity);
 }
 
 template <class T>

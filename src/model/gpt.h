@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "kernels/attention.h"
+#include "kernels/goat.h"
 #include "kernels/rope.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -69,6 +71,16 @@ class GPT {
     T *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr, *proj_b = nullptr;
     T *sink = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *mlp_proj_w = nullptr,
       *mlp_proj_b = nullptr;
+    T* xsa_gate = nullptr;  // [H] gated XSA's raw a (§2.1)
+    kernels::GoatGrads<T> goat;  // GOAT parameters (§3.3; the struct is only a bundle of pointers)
+    kernels::GoatParams<T> goat_params() const {
+      return {goat.A, goat.B, goat.W1, goat.b1, goat.w2, goat.b2, goat.gain, goat.bump, goat.rho};
+    }
+  };
+  // How layer l's attention computes its logits (from attn.pos, attn.goat.layers, attn.xsa.layers).
+  struct LayerAttention {
+    bool rope = false, alibi = false, goat = false, xsa = false;
+    int qkv_cols = 0;  // columns of the qkv projection: packed (H+2Hkv)·Dh, or GOAT's compact row
   };
   // Activations of one forward pass over (B, T) rows; inference and training each have one.
   struct Workspace {
@@ -77,11 +89,16 @@ class GPT {
     struct Layer {
       T *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
       T *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr, *fc = nullptr, *act = nullptr;
+      T* xsa_c = nullptr;       // XSA: c = y·v̂ per (b, h, i), saved by the attention forward
+      T* xsa_gamma = nullptr;   // XSA: γ per head for this pass ([H])
+      T* sink_slope = nullptr;  // GOAT: softplus(ρ_κ(h)) per head, the sink's row slope ([H])
     };
     std::vector<Layer> layers;
     T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
     // backward scratch (training only)
     T *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dfc = nullptr, *dact = nullptr;
+    T* qkvc = nullptr;  // GOAT: the compact projection before packing (forward) / its gradient (backward)
+    T *goat_u = nullptr, *dslope = nullptr, *dgamma = nullptr;  // [2·seq], [H], [H] scratch
     T* ce_scratch = nullptr;
     int ce_chunk = 0;
   };
@@ -89,6 +106,10 @@ class GPT {
   void plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training);
   void forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool use_cache);
   void backward(Workspace& ws, const int32_t* inputs);
+  T attention_scale(int l) const;
+  // The attention kernel's optional terms for layer l (ALiBi, GOAT's sink slope, XSA with γ written
+  // into a.xsa_gamma for this pass).
+  kernels::AttentionExtras<T> attention_extras(int l, const typename Workspace::Layer& a) const;
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd, int N) const;
 
@@ -100,8 +121,14 @@ class GPT {
   T *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
   kernels::RopeTable<T> rope_;
-  std::vector<T> alibi_slopes_;  // [H] when attn.pos = alibi (§1.2), empty otherwise
-  const T* alibi() const { return alibi_slopes_.empty() ? nullptr : alibi_slopes_.data(); }
+  std::vector<T> alibi_slopes_;  // [H] when a layer uses ALiBi (§1.2), empty otherwise
+  std::vector<LayerAttention> lattn_;
+  kernels::GoatShape goat_shape_{};
+  kernels::GoatTables<T> goat_tab_;  // §3.2 constants, for positions < max(seq_len, cache capacity)
+  std::vector<T> xsa_ones_;          // γ = 1 for attn.xsa = on
+  int max_qkv_cols_ = 0;
+  bool any_rope_ = false, any_goat_ = false;
+  void ensure_positions(int n);      // RoPE and GOAT tables cover positions < n
 
   int B_ = 0, T_ = 0;
   Arena arena_;

@@ -9,15 +9,15 @@ size_t ParamRegistry::add(std::string name, std::vector<int64_t> shape, Init ini
   for (const auto& s : specs_) ATTNLAB_CHECK(s.name != name, "duplicate parameter ", name);
   size_t n = 1;
   for (auto d : shape) n *= (size_t)d;
-  specs_.push_back(ParamSpec{std::move(name), std::move(shape), init, init_value, decay, 0, n, {}});
+  specs_.push_back(ParamSpec{std::move(name), std::move(shape), init, init_value, {}, decay, 0, n});
   return specs_.size() - 1;
 }
 
 size_t ParamRegistry::add_values(std::string name, std::vector<int64_t> shape, std::vector<double> values, bool decay) {
   const size_t i = add(std::move(name), std::move(shape), Init::Values, 0.0, decay);
-  ATTNLAB_CHECK(values.size() == specs_[i].numel, "parameter ", specs_[i].name, ": ", values.size(), " initial values for ",
-                specs_[i].numel, " entries");
-  specs_[i].values = std::move(values);
+  ATTNLAB_CHECK(values.size() == specs_[i].numel, "init values of ", specs_[i].name, ": ", values.size(), " for ",
+                specs_[i].numel, " elements");
+  specs_[i].init_values = std::move(values);
   return i;
 }
 

@@ -10,8 +10,6 @@
 
 namespace attnlab {
 
-// Values: the tensor's whole initial content is given (row-major) — the residual kinds' one-hot,
-// identity and ln 9 patterns (MECHANISMS.md §5.2, §5.3).
 enum class Init { Normal, Zero, One, Constant, Values };
 
 struct ParamSpec {
@@ -19,17 +17,17 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   Init init = Init::Normal;
   double init_value = 0.0;  // std for Normal, value for Constant
+  std::vector<double> init_values;  // Values: one per element (e.g. GOAT's ALiBi-initialized ρ, §3.6)
   bool decay = false;       // AdamW decoupled weight decay (§0: only E, P, W_q/k/v/o, MLP matrices)
   size_t offset = 0;        // element offset in the buffers
   size_t numel = 0;
-  std::vector<double> values;  // Init::Values: numel entries, row-major
 };
 
 class ParamRegistry {
  public:
   // Adds a tensor; returns its index. Offsets are assigned by finalize().
   size_t add(std::string name, std::vector<int64_t> shape, Init init, double init_value, bool decay);
-  // Adds a tensor initialised to explicit values (Init::Values; values.size() must equal its numel).
+  // Adds a tensor initialized element by element from `values` (numel entries).
   size_t add_values(std::string name, std::vector<int64_t> shape, std::vector<double> values, bool decay);
   // Lays the tensors out: every decayed tensor first, then the rest, each 16-element (64-byte)
   // aligned. The optimizer is then two contiguous calls (decayed range, undecayed range) instead

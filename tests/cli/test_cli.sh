@@ -144,5 +144,28 @@ grep -q "of which residual (dar)" <<<"$out" && grep -q "histories" <<<"$out" && 
 expect_error "dar key without dar" "dar.routing" "$BIN" info --preset tiny --set dar.routing=self_kv
 expect_error "bad dar routing" "dar.routing" "$BIN" info --preset tiny --set residual.kind=dar --set dar.routing=sideways
 
+# Every attention option trains, checkpoints, resumes, evaluates, samples (KV cache) and runs
+# forward: XSA (on, gated on a layer subset), GOAT (with a sink and XSA; on one layer with ALiBi
+# elsewhere), ALiBi. (tiny: d = 64, 4 heads, D_h = 16 >= 2R + 2 for GOAT's defaults.)
+for opts in "attn.xsa=on" "attn.xsa=gated attn.xsa.layers=[1] attn.pos=alibi" \
+            "attn.pos=goat attn.sink=learned attn.xsa=gated" \
+            "attn.pos=goat attn.goat.layers=[0] attn.goat.other_pos=alibi attn.goat.init=uniform"; do
+  sets=()
+  for kv in $opts; do sets+=(--set "$kv"); done
+  dir="$WORK/opt_$(tr -c 'a-z0-9' '_' <<<"$opts")"
+  common_opt=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/data\"" --set "train.out_dir=\"$dir\"" "${sets[@]}")
+  if "$BIN" train "${common_opt[@]}" --set train.steps=6 --set train.ckpt_every=3 --set train.eval_every=3 --quiet >"$dir.log" 2>&1 \
+     && "$BIN" train --resume "$dir/step_000003.safetensors" --set train.steps=5 --quiet >>"$dir.log" 2>&1 \
+     && "$BIN" eval --checkpoint "$dir/model.safetensors" --data "$WORK/data/val.bin" >>"$dir.log" 2>&1 \
+     && "$BIN" sample --checkpoint "$dir/model.safetensors" --prompt "In the beginning" -n 8 --seed 1 >>"$dir.log" 2>&1 \
+     && "$BIN" forward --checkpoint "$dir/model.safetensors" --tokens "$WORK/ids.txt" --out "$dir/l.npy" >>"$dir.log" 2>&1; then
+    ok "train/resume/eval/sample/forward with $opts"
+  else
+    bad "$opts: $(tail -3 "$dir.log")"
+  fi
+done
+expect_error "GOAT on too narrow heads" "attn.goat.pos_rank" "$BIN" info --preset tiny --set attn.pos=goat --set model.n_head=8
+expect_error "inactive GOAT key" "attn.goat.init" "$BIN" info --preset tiny --set attn.goat.init=uniform
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -7,7 +7,9 @@
 //   KV-cache chunk with pos_offset);
 // - KV cache: chunks with pos_offset equal one shot; causality (forward and backward); sink −1e4
 //   = no sink; ALiBi with zero slopes = no ALiBi; the structural zero of a common key shift
-//   without a sink; results independent of the thread count; the vector exp's accuracy.
+//   without a sink; results independent of the thread count; the vector exp's accuracy;
+// - XSA (§2: on and gated, fused epilogue, dy rows, direct own-value term; the §2.4 invariants) and
+//   GOAT's row-dependent sink logit (§3.4), against the naive reference and finite differences.
 #include "kernels/attention.h"
 
 #include <omp.h>
@@ -21,6 +23,7 @@
 
 namespace {
 
+using attnlab::kernels::AttentionExtras;
 using attnlab::kernels::AttentionShape;
 using attnlab::test::max_abs_diff;
 using attnlab::test::max_rel_diff;
@@ -37,6 +40,8 @@ struct Problem {
   int pad = 0;  // unused columns per token in the packed buffer (must stay untouched)
   uint64_t seed = 1;
   double q_scale = 1.0;  // larger values make peaked softmax rows
+  enum Xsa { Off, On, Gated } xsa = Off;  // §2: γ = 1, or random γ in (−1, 1)
+  bool sink_slope = false;                // GOAT's row-dependent sink logit (§3.4); needs sink
 };
 
 // Self-attention over a packed qkv buffer (B, T, (H+2Hkv)·Dh + pad).
@@ -44,7 +49,8 @@ template <class T>
 struct Packed {
   Problem c;
   AttentionShape s;
-  std::vector<T> qkv, sink, slopes;
+  std::vector<T> qkv, sink, slopes, sink_slope, gamma;
+  std::vector<T> xsa_c;  // [B, H, T], written by the forward
   explicit Packed(const Problem& problem) : c(problem) {
     s = attnlab::kernels::packed_attention_shape(c.B, c.T, c.H, c.Hkv, c.Dh);
     s.q_stride = s.kv_stride = (c.H + 2 * c.Hkv) * c.Dh + c.pad;
@@ -55,6 +61,26 @@ struct Packed {
     if (c.sink) sink = random_vec<T>(c.H, c.seed + 1);
     if (c.alibi)
       for (int h = 0; h < c.H; ++h) slopes.push_back(T(std::pow(2.0, -8.0 * (h + 1) / c.H)));  // §1.2
+    if (c.sink_slope) {
+      sink_slope = random_vec<T>(c.H, c.seed + 2);
+      for (auto& x : sink_slope) x = T(0.05) * x;  // a logit drift of a few units over the sequence
+    }
+    if (c.xsa != Problem::Off) {
+      gamma.assign(c.H, T(1));
+      if (c.xsa == Problem::Gated) gamma = random_vec<T>(c.H, c.seed + 4);
+      xsa_c.assign(size_t(c.B) * c.H * c.T, T(0));
+    }
+  }
+  // The optional terms; `dgamma`, `dslope` (if given) receive the backward's += outputs.
+  AttentionExtras<T> extras(T* dslope = nullptr, T* dgamma = nullptr) {
+    AttentionExtras<T> x;
+    x.alibi_slopes = slopes_ptr();
+    x.sink_slope = sink_slope.empty() ? nullptr : sink_slope.data();
+    x.xsa_gamma = gamma.empty() ? nullptr : gamma.data();
+    x.xsa_c = xsa_c.empty() ? nullptr : xsa_c.data();
+    if (x.sink_slope) x.dsink_slope = dslope;
+    if (x.xsa_gamma) x.dxsa_gamma = dgamma;
+    return x;
   }
   T* q() { return qkv.data(); }
   T* k() { return qkv.data() + c.H * c.Dh; }
@@ -67,25 +93,25 @@ struct Packed {
 
 template <class T>
 struct Result {
-  std::vector<T> out, lse, dqkv, dsink;
+  std::vector<T> out, lse, dqkv, dsink, dslope, dgamma, xsa_c;
 };
 
 template <class T>
 void forward(Impl impl, T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
-             const AttentionShape& s, const T* slopes) {
+             const AttentionShape& s, const AttentionExtras<T>& x) {
   if (impl == Impl::Fast)
-    attnlab::kernels::attention_forward(out, lse, q, k, v, sink, scale, s, slopes);
+    attnlab::kernels::attention_forward(out, lse, q, k, v, sink, scale, s, x);
   else
-    attnlab::kernels::attention_forward_naive(out, lse, q, k, v, sink, scale, s, slopes);
+    attnlab::kernels::attention_forward_naive(out, lse, q, k, v, sink, scale, s, x);
 }
 
 template <class T>
 void backward(Impl impl, T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
-              const T* k, const T* v, const T* sink, T scale, const AttentionShape& s, const T* slopes) {
+              const T* k, const T* v, const T* sink, T scale, const AttentionShape& s, const AttentionExtras<T>& x) {
   if (impl == Impl::Fast)
-    attnlab::kernels::attention_backward(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, slopes);
+    attnlab::kernels::attention_backward(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, x);
   else
-    attnlab::kernels::attention_backward_naive(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, slopes);
+    attnlab::kernels::attention_backward_naive(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, x);
 }
 
 // Forward, then (given dout) backward, of one implementation on a packed problem.
@@ -94,14 +120,17 @@ Result<T> run(Impl impl, Packed<T>& p, const std::vector<T>* dout) {
   Result<T> r;
   r.out.assign(p.out_size(), T(0));
   r.lse.assign(size_t(p.c.B) * p.c.H * p.c.T, T(0));
-  forward(impl, r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s, p.slopes_ptr());
+  forward(impl, r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s, p.extras());
+  r.xsa_c = p.xsa_c;
   if (dout) {
     r.dqkv.assign(p.qkv.size(), T(kSentinel));
     r.dsink.assign(p.c.H, T(0.5));  // += : the kernels must add to what is there
+    r.dslope.assign(p.c.H, T(0.25));
+    r.dgamma.assign(p.c.H, T(-0.5));
     T* dq = r.dqkv.data();
     backward(impl, dq, dq + p.c.H * p.c.Dh, dq + (p.c.H + p.c.Hkv) * p.c.Dh, p.sink.empty() ? nullptr : r.dsink.data(),
              dout->data(), r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s,
-             p.slopes_ptr());
+             p.extras(r.dslope.data(), r.dgamma.data()));
   }
   return r;
 }
@@ -160,6 +189,13 @@ void expect_fast_matches_naive_float(const Problem& c, double tol = 5e-6) {
   if (c.sink) {
     EXPECT_LT(max_rel_diff(fast.dsink, naive.dsink), tol) << "dsink";
   }
+  if (c.sink_slope) {
+    EXPECT_LT(max_rel_diff(fast.dslope, naive.dslope), tol) << "dsink_slope";
+  }
+  if (c.xsa != Problem::Off) {
+    EXPECT_LT(max_rel_diff(fast.xsa_c, naive.xsa_c), tol) << "xsa c";
+    EXPECT_LT(max_rel_diff(fast.dgamma, naive.dgamma), tol) << "dgamma";
+  }
 }
 
 TEST(Attention, FastMatchesNaiveFloatOneTile) { expect_fast_matches_naive_float({2, 64, 4, 4, 64}); }
@@ -183,6 +219,29 @@ TEST(Attention, FastMatchesNaiveFloatLongGqa8) {
   // G·T = 8·1100 rows of D_i exceed the backward's D cache: the per-tile recomputation path.
   expect_fast_matches_naive_float({1, 1100, 8, 1, 16, true});
 }
+Problem with(Problem c, Problem::Xsa xsa, bool sink_slope = false) {
+  c.xsa = xsa;
+  c.sink_slope = sink_slope;
+  return c;
+}
+
+TEST(Attention, FastMatchesNaiveFloatXsa) {
+  // XSA's epilogue, its dy rows and its direct dV term (§2), over tile edges, GQA and head sizes;
+  // the G·T > D-cache case takes the per-tile recomputation path of D and of XSA's coefficient.
+  expect_fast_matches_naive_float(with({2, 100, 4, 2, 32, true}, Problem::On));
+  expect_fast_matches_naive_float(with({1, 77, 4, 1, 16, true, true}, Problem::Gated));
+  expect_fast_matches_naive_float(with({2, 50, 4, 4, 24, false, true, 3}, Problem::Gated));
+  expect_fast_matches_naive_float(with({1, 130, 2, 2, 128}, Problem::On));
+  for (int T : {1, 17}) expect_fast_matches_naive_float(with({2, T, 2, 1, 32, true}, Problem::Gated));
+  expect_fast_matches_naive_float(with({1, 1100, 8, 1, 16, true}, Problem::Gated));
+}
+
+TEST(Attention, FastMatchesNaiveFloatSinkSlope) {
+  // GOAT's key form moves the sink logit by slope·t_i (§3.4).
+  expect_fast_matches_naive_float(with({2, 100, 4, 2, 32, true}, Problem::Off, true));
+  expect_fast_matches_naive_float(with({1, 70, 4, 1, 40, true, false, 2}, Problem::Gated, true));
+}
+
 TEST(Attention, FastMatchesNaiveFloatPeakedRows) {
   // Logits of several hundred: the online softmax rescales by factors that underflow to zero.
   Problem c{1, 150, 2, 2, 64, true, false};
@@ -192,7 +251,8 @@ TEST(Attention, FastMatchesNaiveFloatPeakedRows) {
 
 TEST(Attention, FastMatchesNaiveDouble) {
   // The one-lane path with 8-wide tiles: agreement to rounding.
-  for (const Problem& c : {Problem{2, 21, 4, 2, 5, true, true}, Problem{1, 8, 2, 1, 8}, Problem{2, 17, 3, 3, 13, false, false, 2}}) {
+  for (const Problem& c : {Problem{2, 21, 4, 2, 5, true, true}, Problem{1, 8, 2, 1, 8}, Problem{2, 17, 3, 3, 13, false, false, 2},
+                           with({2, 19, 4, 2, 6, true}, Problem::Gated, true)}) {
     Packed<double> p(c);
     const auto dout = random_vec<double>(p.out_size(), 99);
     const auto fast = run(Impl::Fast, p, &dout);
@@ -201,6 +261,8 @@ TEST(Attention, FastMatchesNaiveDouble) {
     EXPECT_LT(max_abs_diff(fast.lse, naive.lse), 1e-13);
     EXPECT_LT(max_rel_diff(without_padding(fast.dqkv, p), without_padding(naive.dqkv, p)), 1e-13);
     EXPECT_LT(max_rel_diff(fast.dsink, naive.dsink), 1e-13);
+    EXPECT_LT(max_rel_diff(fast.dslope, naive.dslope), 1e-13);
+    EXPECT_LT(max_rel_diff(fast.dgamma, naive.dgamma), 1e-13);
   }
 }
 
@@ -216,7 +278,7 @@ void expect_gradients_match_finite_differences(Impl impl, Problem c) {
   const auto analytic = run(impl, p, &w);
   std::vector<double> out(p.out_size()), lse(size_t(c.B) * c.H * c.T);
   auto loss = [&] {
-    forward(impl, out.data(), lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s, p.slopes_ptr());
+    forward(impl, out.data(), lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s, p.extras());
     double l = 0;
     for (size_t i = 0; i < out.size(); ++i) l += w[i] * out[i];
     return l;
@@ -228,6 +290,16 @@ void expect_gradients_match_finite_differences(Impl impl, Problem c) {
     for (auto& x : dsink) x -= 0.5;  // the initial value the kernel added to
     attnlab::test::expect_grad_close(dsink, attnlab::test::numeric_grad(p.sink, loss), 1e-6, "dsink");
   }
+  if (c.sink_slope) {
+    auto dslope = analytic.dslope;
+    for (auto& x : dslope) x -= 0.25;
+    attnlab::test::expect_grad_close(dslope, attnlab::test::numeric_grad(p.sink_slope, loss), 1e-6, "dsink_slope");
+  }
+  if (c.xsa != Problem::Off) {
+    auto dgamma = analytic.dgamma;
+    for (auto& x : dgamma) x += 0.5;
+    attnlab::test::expect_grad_close(dgamma, attnlab::test::numeric_grad(p.gamma, loss), 1e-6, "dgamma");
+  }
 }
 
 TEST(Attention, GradientsMatchFiniteDifferences) {
@@ -235,6 +307,10 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
     expect_gradients_match_finite_differences(impl, {2, 11, 4, 2, 5, true, false, 1});
     expect_gradients_match_finite_differences(impl, {1, 19, 2, 1, 4, false, true});
     expect_gradients_match_finite_differences(impl, {1, 9, 2, 2, 3, true, true});
+    // XSA (D_i = g_i·z_i and the own-value term, §2.2) and GOAT's sink slope (§3.4).
+    expect_gradients_match_finite_differences(impl, with({2, 11, 4, 2, 5, true, false, 1}, Problem::On));
+    expect_gradients_match_finite_differences(impl, with({1, 13, 4, 1, 6, true, true}, Problem::Gated, true));
+    expect_gradients_match_finite_differences(impl, with({1, 10, 2, 2, 4}, Problem::Gated));
   }
 }
 
@@ -290,7 +366,7 @@ TEST(Attention, KvCacheChunksEqualOneShot) {
     out_chunk.assign(size_t(B) * n * H * Dh, 0.f);
     lse_chunk.assign(size_t(B) * H * n, 0.f);
     attnlab::kernels::attention_forward(out_chunk.data(), lse_chunk.data(), q_chunk.data(), cache.data(),
-                                        cache.data() + Hkv * Dh, p.sink_ptr(), p.scale(), s, p.slopes_ptr());
+                                        cache.data() + Hkv * Dh, p.sink_ptr(), p.scale(), s, p.extras());
     for (int b = 0; b < B; ++b) {
       std::memcpy(&out[(size_t(b) * T + done) * H * Dh], &out_chunk[size_t(b) * n * H * Dh], sizeof(float) * n * H * Dh);
       for (int h = 0; h < H; ++h)
@@ -321,11 +397,11 @@ void expect_kv_chunk_matches_naive(int Tq, int Tk, int off) {
     r[i].dqkv.assign(q.size() + cache.size(), float(kSentinel));  // dq, then the cache's dk/dv
     r[i].dsink.assign(H, 0.f);
     forward(impl, r[i].out.data(), r[i].lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh, sink.data(), scale,
-            s, (const float*)nullptr);
+            s, {});
     float* dcache = r[i].dqkv.data() + q.size();
     backward(impl, r[i].dqkv.data(), dcache, dcache + Hkv * Dh, r[i].dsink.data(), dout.data(), r[i].out.data(),
              r[i].lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh, sink.data(), scale, s,
-             (const float*)nullptr);
+             {});
   }
   EXPECT_LT(max_rel_diff(r[0].out, r[1].out), 5e-6);
   EXPECT_LT(max_rel_diff(r[0].dsink, r[1].dsink), 5e-6);
@@ -472,6 +548,81 @@ TEST(Attention, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(max_abs_diff(one.lse, two.lse), 0.0);
   EXPECT_EQ(max_abs_diff(one.dqkv, two.dqkv), 0.0);
   EXPECT_EQ(max_abs_diff(one.dsink, two.dsink), 0.0);
+}
+
+// ----- XSA invariants (§2.4) --------------------------------------------------------------------
+
+TEST(Attention, XsaOutputIsOrthogonalToOwnValueAndZeroAtTokenZero) {
+  // Mode "on": cos(z_i, v_i) = 0 (fp32 < 1e-5) for i >= 1, and z_0 = 0 because y_0 is a multiple
+  // of v_0 (with a sink y_0 = a_00·v_0), under ALiBi too and in every KV head of a GQA group.
+  for (bool sink : {false, true}) {
+    Problem c = with({2, 90, 4, 2, 32, sink, true}, Problem::On);
+    Packed<float> p(c);
+    const auto r = run<float>(Impl::Fast, p, nullptr);
+    double worst_cos = 0, worst_z0 = 0;
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.H; ++h)
+        for (int i = 0; i < c.T; ++i) {
+          const float* z = &r.out[(size_t(b) * c.T + i) * c.H * c.Dh + h * c.Dh];
+          const float* v = p.v() + (size_t(b) * c.T + i) * p.s.kv_stride + (h / 2) * c.Dh;
+          double zv = 0, zz = 0, vv = 0, y2 = 0;
+          for (int d = 0; d < c.Dh; ++d) zv += double(z[d]) * v[d], zz += double(z[d]) * z[d], vv += double(v[d]) * v[d];
+          if (i == 0) {
+            for (int d = 0; d < c.Dh; ++d) y2 = std::max(y2, std::abs(double(z[d])));
+            worst_z0 = std::max(worst_z0, y2);
+          } else {
+            worst_cos = std::max(worst_cos, std::abs(zv) / std::sqrt(zz * vv));
+          }
+        }
+    EXPECT_LT(worst_cos, 1e-5) << "sink=" << sink;
+    EXPECT_LT(worst_z0, 1e-6) << "sink=" << sink;  // |v| ~ 1: rounding of y − (y·v̂)v̂
+  }
+}
+
+TEST(Attention, XsaGatedWithZeroGateEqualsOffBitForBit) {
+  // γ = tanh(0) = 0: output, lse and every gradient equal mode "off" exactly, yet dL/dγ != 0.
+  Problem c = with({2, 100, 4, 2, 32, true, false}, Problem::Gated);
+  Packed<float> gated(c);
+  std::fill(gated.gamma.begin(), gated.gamma.end(), 0.f);
+  c.xsa = Problem::Off;
+  Packed<float> off(c);
+  const auto dout = random_vec<float>(off.out_size(), 8);
+  const auto a = run(Impl::Fast, gated, &dout);
+  const auto b = run(Impl::Fast, off, &dout);
+  EXPECT_EQ(max_abs_diff(a.out, b.out), 0.0);
+  EXPECT_EQ(max_abs_diff(a.lse, b.lse), 0.0);
+  EXPECT_EQ(max_abs_diff(a.dqkv, b.dqkv), 0.0);
+  EXPECT_EQ(max_abs_diff(a.dsink, b.dsink), 0.0);
+  for (float g : a.dgamma) EXPECT_GT(std::abs(g + 0.5f), 1e-3f);
+}
+
+TEST(Attention, XsaIsIdempotentAndKeepsOrthogonalRows) {
+  // Applying the projection to z again changes nothing (P² = P), checked through the naive
+  // reference's row projection; and a row already orthogonal to v passes unchanged.
+  const int Dh = 16;
+  auto v = random_vec<double>(Dh, 31), y = random_vec<double>(Dh, 32);
+  std::vector<double> z(Dh), zz(Dh);
+  attnlab::kernels::xsa_project_naive(z.data(), y.data(), v.data(), 1.0, Dh);
+  const double c2 = attnlab::kernels::xsa_project_naive(zz.data(), z.data(), v.data(), 1.0, Dh);
+  EXPECT_LT(std::abs(c2), 1e-15);
+  EXPECT_LT(max_abs_diff(z, zz), 1e-15);
+  std::vector<double> out(Dh);
+  attnlab::kernels::xsa_project_naive(out.data(), z.data(), v.data(), 0.7, Dh);  // z ⟂ v
+  EXPECT_LT(max_abs_diff(out, z), 1e-15);
+}
+
+TEST(Attention, SinkSlopeZeroEqualsNoSlope) {
+  Problem c = with({1, 90, 4, 4, 32, true}, Problem::Off, true);
+  Packed<float> zero(c);
+  std::fill(zero.sink_slope.begin(), zero.sink_slope.end(), 0.f);
+  c.sink_slope = false;
+  Packed<float> none(c);
+  const auto dout = random_vec<float>(none.out_size(), 4);
+  const auto a = run(Impl::Fast, zero, &dout);
+  const auto b = run(Impl::Fast, none, &dout);
+  EXPECT_EQ(max_abs_diff(a.out, b.out), 0.0);
+  EXPECT_EQ(max_abs_diff(a.dqkv, b.dqkv), 0.0);
+  EXPECT_EQ(max_abs_diff(a.dsink, b.dsink), 0.0);
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -20,6 +20,8 @@
 namespace attnlab {
 namespace {
 
+constexpr int kMaxStreams = 16;  // residual.streams is validated against it (config.cpp)
+
 template <class T>
 struct HyperState : ResidualState {
   T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
@@ -135,14 +137,9 @@ class Hyper final : public Residual<T> {
       T* t = tau + (size_t)i * n_ * P_;
       for (int r = 0; r < n_; ++r)
         for (int j = 0; j < P_; ++j) t[r * P_ + j] = std::tanh(a[r * P_ + j] *= rstd[(size_t)i * n_ + r]);
-      T* y = h + (size_t)i * C_;
-      std::memset(y, 0, sizeof(T) * C_);
-      for (int r = 0; r < n_; ++r) {  // u = Σ_s m_s X_s
-        const T m = s_alpha * t[r * P_ + 1] + p.m0[r];
-        const T* Xs = X + ((size_t)i * n_ + r) * C_;
-#pragma omp simd
-        for (int c = 0; c < C_; ++c) y[c] += m * Xs[c];
-      }
+      T m[kMaxStreams];
+      for (int r = 0; r < n_; ++r) m[r] = s_alpha * t[r * P_ + 1] + p.m0[r];
+      streams::combine(h + (size_t)i * C_, m, X + (size_t)i * n_ * C_, C_, n_, C_);  // u = Σ_s m_s X_s
     }
     return h;
   }
@@ -158,16 +155,10 @@ class Hyper final : public Residual<T> {
       const T* t = tau + (size_t)i * n_ * P_;
       const T* oi = o + (size_t)i * C_;
       for (int u = 0; u < n_; ++u) {  // X′_u = β_u o + Σ_s A_su X_s
-        T* y = Xn + ((size_t)i * n_ + u) * C_;
+        T a[kMaxStreams];
+        for (int r = 0; r < n_; ++r) a[r] = s_alpha * t[r * P_ + 2 + u] + p.a0[r * n_ + u];
         const T beta = s_beta * t[u * P_] + p.beta0[u];
-#pragma omp simd
-        for (int c = 0; c < C_; ++c) y[c] = beta * oi[c];
-        for (int r = 0; r < n_; ++r) {
-          const T a = s_alpha * t[r * P_ + 2 + u] + p.a0[r * n_ + u];
-          const T* Xs = X + ((size_t)i * n_ + r) * C_;
-#pragma omp simd
-          for (int c = 0; c < C_; ++c) y[c] += a * Xs[c];
-        }
+        streams::combine(Xn + ((size_t)i * n_ + u) * C_, a, X + (size_t)i * n_ * C_, C_, n_, C_, oi, beta);
       }
     }
   }
@@ -194,14 +185,9 @@ class Hyper final : public Residual<T> {
     const T s_beta = *p.s_beta;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {  // do = Σ_u β_u dX′_u
-      T* y = s.dout + (size_t)i * C_;
-      std::memset(y, 0, sizeof(T) * C_);
-      for (int u = 0; u < n_; ++u) {
-        const T beta = s_beta * tau[((size_t)i * n_ + u) * P_] + p.beta0[u];
-        const T* g = dXn + ((size_t)i * n_ + u) * C_;
-#pragma omp simd
-        for (int c = 0; c < C_; ++c) y[c] += beta * g[c];
-      }
+      T beta[kMaxStreams];
+      for (int u = 0; u < n_; ++u) beta[u] = s_beta * tau[((size_t)i * n_ + u) * P_] + p.beta0[u];
+      streams::combine(s.dout + (size_t)i * C_, beta, dXn + (size_t)i * n_ * C_, C_, n_, C_);
     }
     return s.dout;
   }
@@ -217,6 +203,7 @@ class Hyper final : public Residual<T> {
     T* dX = s.dX[1 - s.cur];
     const T s_alpha = *p.s_alpha, s_beta = *p.s_beta;
     const int cols = per_token_cols(), n = n_;
+    pack(s.pack, p);  // Wᵀ of this sublayer (the pack is shared by all sublayers)
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
       const T* t = tau + (size_t)i * n * P_;
@@ -227,38 +214,33 @@ class Hyper final : public Residual<T> {
       T* z = s.z + (size_t)i * n * P_;
       T* pt = s.per_token + (size_t)i * cols;  // [dβ (n), dm (n), dA (n²), ds_β, ds_α]
       T ds_beta = 0, ds_alpha = 0;
+      streams::dots(pt, oi, gi, C_, n, C_);          // dβ_u = dX′_u·o
+      streams::dots(pt + n, dui, Xi, C_, n, C_);     // dm_s = du·X_s
+      for (int r = 0; r < n; ++r) streams::dots(pt + 2 * n + r * n, Xi + (size_t)r * C_, gi, C_, n, C_);  // dA_su = dX′_u·X_s
       for (int u = 0; u < n; ++u) {
-        const T dbeta = streams::dot(gi + (size_t)u * C_, oi, C_);
-        pt[u] = dbeta;
+        const T dbeta = pt[u];
         ds_beta += dbeta * t[u * P_];
         z[u * P_] = dbeta * s_beta * (1 - t[u * P_] * t[u * P_]);
       }
       for (int r = 0; r < n; ++r) {
-        const T* Xs = Xi + (size_t)r * C_;
-        const T dm = streams::dot(dui, Xs, C_);
-        pt[n + r] = dm;
+        const T dm = pt[n + r];
         ds_alpha += dm * t[r * P_ + 1];
         z[r * P_ + 1] = dm * s_alpha * (1 - t[r * P_ + 1] * t[r * P_ + 1]);
+        T a[kMaxStreams];
         for (int u = 0; u < n; ++u) {
-          const T dA = streams::dot(gi + (size_t)u * C_, Xs, C_);
+          const T dA = pt[2 * n + r * n + u];
           const T tr = t[r * P_ + 2 + u];
-          pt[2 * n + r * n + u] = dA;
           ds_alpha += dA * tr;
           z[r * P_ + 2 + u] = dA * s_alpha * (1 - tr * tr);
+          a[u] = s_alpha * tr + p.a0[r * n + u];
         }
         // dX_s = Σ_u A_su dX′_u + m_s du (written; the map-input path is added after the GEMMs)
-        T* d = dX + ((size_t)i * n + r) * C_;
         const T m = s_alpha * t[r * P_ + 1] + p.m0[r];
-#pragma omp simd
-        for (int c = 0; c < C_; ++c) d[c] = m * dui[c];
-        for (int u = 0; u < n; ++u) {
-          const T a = s_alpha * t[r * P_ + 2 + u] + p.a0[r * n + u];
-          const T* gu = gi + (size_t)u * C_;
-#pragma omp simd
-          for (int c = 0; c < C_; ++c) d[c] += a * gu[c];
-        }
-        for (int j = 0; j < P_; ++j) z[r * P_ + j] *= rstd[(size_t)i * n + r];  // rstd∘z for both GEMMs
+        streams::combine(dX + ((size_t)i * n + r) * C_, a, gi, C_, n, C_, dui, m);
+        for (int j = 0; j < P_; ++j) z[r * P_ + j] *= rstd[(size_t)i * n + r];  // rstd∘z for the GEMM and below
       }
+      // dX += RMSNorm_ng backward of z·Wᵀ for this token's n rows, while they are in cache.
+      streams::project_back_rms_ng_rows(dX, s.z, s.pre[l], s.pack, X, rstd, (size_t)i * n, (size_t)(i + 1) * n, P_, C_);
       pt[2 * n + n * n] = ds_beta;
       pt[2 * n + n * n + 1] = ds_alpha;
     }
@@ -269,11 +251,9 @@ class Hyper final : public Residual<T> {
     for (int k = 0; k < n * n; ++k) g.a0[k] += s.sums[2 * n + k];
     *g.s_beta += s.sums[2 * n + n * n];
     *g.s_alpha += s.sums[2 * n + n * n + 1];
-    // dWᵀ = (rstd∘z)ᵀX, then dX += RMSNorm_ng backward of z·Wᵀ.
-    pack(s.pack, p);
+    // dWᵀ = (rstd∘z)ᵀX.
     gemm(true, false, P_, C_, N * n, T(1), s.z, P_, X, C_, T(0), s.dpack, C_);
     unpack_add(g, s.dpack);
-    streams::project_back_rms_ng(dX, s.z, s.pre[l], s.pack, X, rstd, (size_t)N * n, P_, C_);
     s.cur = 1 - s.cur;
   }
   const T* embedding_grad(ResidualState& rs, int N) const override {

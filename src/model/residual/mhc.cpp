@@ -169,14 +169,7 @@ class Mhc final : public Residual<T> {
         const int i = i0 + g;
         T* Hi = H + (size_t)i * M_;
         for (int k = 0; k < n * n; ++k) Hi[2 * n + k] = logits[k * G + g];
-        T* y = h + (size_t)i * C_;
-        std::memset(y, 0, sizeof(T) * C_);
-        for (int s2 = 0; s2 < n; ++s2) {  // u = Σ_s Hpre_s X_s
-          const T* Xs = X + (size_t)i * nd_ + (size_t)s2 * C_;
-          const T w = Hi[s2];
-#pragma omp simd
-          for (int c = 0; c < C_; ++c) y[c] += w * Xs[c];
-        }
+        streams::combine(h + (size_t)i * C_, Hi, X + (size_t)i * nd_, C_, n, C_);  // u = Σ_s Hpre_s X_s
       }
     }
     return h;
@@ -191,18 +184,8 @@ class Mhc final : public Residual<T> {
     for (int i = 0; i < N; ++i) {
       const T* Hi = H + (size_t)i * M_;
       const T* oi = o + (size_t)i * C_;
-      for (int s2 = 0; s2 < n; ++s2) {  // X′_s = Σ_u Hres_su X_u + Hpost_s o
-        T* y = Xn + (size_t)i * nd_ + (size_t)s2 * C_;
-        const T post = Hi[n + s2];
-#pragma omp simd
-        for (int c = 0; c < C_; ++c) y[c] = post * oi[c];
-        for (int u = 0; u < n; ++u) {
-          const T a = Hi[2 * n + s2 * n + u];
-          const T* Xu = X + (size_t)i * nd_ + (size_t)u * C_;
-#pragma omp simd
-          for (int c = 0; c < C_; ++c) y[c] += a * Xu[c];
-        }
-      }
+      for (int s2 = 0; s2 < n; ++s2)  // X′_s = Σ_u Hres_su X_u + Hpost_s o
+        streams::combine(Xn + (size_t)i * nd_ + (size_t)s2 * C_, Hi + 2 * n + s2 * n, X + (size_t)i * nd_, C_, n, C_, oi, Hi[n + s2]);
     }
   }
   const T* read_out(ResidualState& rs, int N) const override {
@@ -225,16 +208,8 @@ class Mhc final : public Residual<T> {
     auto& s = st(rs);
     const T *dXn = s.dX[s.cur], *H = s.H[l];
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; ++i) {  // do = Σ_s Hpost_s dX′_s
-      T* y = s.dout + (size_t)i * C_;
-      std::memset(y, 0, sizeof(T) * C_);
-      for (int s2 = 0; s2 < n_; ++s2) {
-        const T post = H[(size_t)i * M_ + n_ + s2];
-        const T* g = dXn + (size_t)i * nd_ + (size_t)s2 * C_;
-#pragma omp simd
-        for (int c = 0; c < C_; ++c) y[c] += post * g[c];
-      }
-    }
+    for (int i = 0; i < N; ++i)  // do = Σ_s Hpost_s dX′_s
+      streams::combine(s.dout + (size_t)i * C_, H + (size_t)i * M_ + n_, dXn + (size_t)i * nd_, C_, n_, C_);
     return s.dout;
   }
   T* input_grad(ResidualState& rs, int, int N) const override {
@@ -251,6 +226,7 @@ class Mhc final : public Residual<T> {
     const int n = n_, M = M_, cols = M_ + 3;
     const size_t wpt = work_per_thread();
     constexpr int G = kernels::kSinkhornMaxGroup;
+    pack(s.pack, p);  // Φᵀ of this sublayer (the pack is shared by all sublayers)
 #pragma omp parallel num_threads(std::min(s.threads, omp_get_max_threads()))
     {
       T* work = s.work + (size_t)omp_get_thread_num() * wpt;
@@ -271,27 +247,24 @@ class Mhc final : public Residual<T> {
             logits[k * G + g] = a_res * q[2 * n + k] + p.b_res[k];
             dlogits[k * G + g] = 0;
           }
-          for (int s2 = 0; s2 < n; ++s2)
-            for (int u = 0; u < n; ++u)
-              dHres[(s2 * n + u) * G + g] = g < count ? streams::dot(gi + (size_t)s2 * C_, Xi + (size_t)u * C_, C_) : T(0);
-          if (g >= count) continue;
+          if (g >= count) {
+            for (int k = 0; k < n * n; ++k) dHres[k * G + g] = 0;
+            continue;
+          }
+          T row[kMaxStreams], dpre[kMaxStreams], dpost[kMaxStreams];
+          for (int s2 = 0; s2 < n; ++s2) {  // dHres_su = dX′_s·X_u
+            streams::dots(row, gi + (size_t)s2 * C_, Xi, C_, n, C_);
+            for (int u = 0; u < n; ++u) dHres[(s2 * n + u) * G + g] = row[u];
+          }
+          streams::dots(dpre, dui, Xi, C_, n, C_);   // du·X_s
+          streams::dots(dpost, oi, gi, C_, n, C_);   // dX′_s·o
           for (int s2 = 0; s2 < n; ++s2) {
-            const T dpre = streams::dot(dui, Xi + (size_t)s2 * C_, C_);
-            const T dpost = streams::dot(gi + (size_t)s2 * C_, oi, C_);
-            pt[s2] = dpre * Hi[s2] * (1 - Hi[s2]);
-            pt[n + s2] = dpost * Hi[n + s2] * (1 - Hi[n + s2] / 2);
+            pt[s2] = dpre[s2] * Hi[s2] * (1 - Hi[s2]);
+            pt[n + s2] = dpost[s2] * Hi[n + s2] * (1 - Hi[n + s2] / 2);
           }
           for (int u = 0; u < n; ++u) {  // dX_u = Σ_s Hres_su dX′_s + Hpre_u du (written; the map path comes later)
-            T* d = dX + (size_t)i * nd_ + (size_t)u * C_;
-            const T pre = Hi[u];
-#pragma omp simd
-            for (int c = 0; c < C_; ++c) d[c] = pre * dui[c];
-            for (int s2 = 0; s2 < n; ++s2) {
-              const T a = Hi[2 * n + s2 * n + u];
-              const T* gs = gi + (size_t)s2 * C_;
-#pragma omp simd
-              for (int c = 0; c < C_; ++c) d[c] += a * gs[c];
-            }
+            for (int s2 = 0; s2 < n; ++s2) row[s2] = Hi[2 * n + s2 * n + u];
+            streams::combine(dX + (size_t)i * nd_ + (size_t)u * C_, row, gi, C_, n, C_, dui, Hi[u]);
           }
         }
         kernels::sinkhorn_backward_batch(dlogits, dHres, logits, n, iters_, G, work);
@@ -313,6 +286,8 @@ class Mhc final : public Residual<T> {
           // z = rstd∘α∘dH̃: the gradient of x⃗Φ's row, for dΦ = x⃗ᵀz and dx̂ = z·Φᵀ/rstd.
           for (int j = 0; j < M; ++j) z[j] = rstd[i] * (j < n ? a_pre : j < 2 * n ? a_post : a_res) * pt[j];
         }
+        // dX += RMSNorm_ng backward of z·Φᵀ for this group's tokens, while they are in cache.
+        streams::project_back_rms_ng_rows(dX, s.z, proj, s.pack, X, rstd, (size_t)i0, (size_t)(i0 + count), M, nd_);
       }
     }
     std::memset(s.sums, 0, sizeof(T) * cols);
@@ -322,10 +297,8 @@ class Mhc final : public Residual<T> {
     *g.alpha_pre += s.sums[M];
     *g.alpha_post += s.sums[M + 1];
     *g.alpha_res += s.sums[M + 2];
-    pack(s.pack, p);
     gemm(true, false, M, nd_, N, T(1), s.z, M, X, nd_, T(0), s.dpack, nd_);
     unpack_add(g, s.dpack);
-    streams::project_back_rms_ng(dX, s.z, proj, s.pack, X, rstd, (size_t)N, M, nd_);
     s.cur = 1 - s.cur;
   }
   const T* embedding_grad(ResidualState& rs, int N) const override {

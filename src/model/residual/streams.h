@@ -34,25 +34,49 @@ void add_column_sums(T* out, const T* rows, int N, int M, int ld) {
 // dx, x (rows, C); rstd (rows). Replaces a (rows, P)×(P, C) GEMM (K = P ≤ 24, memory-bound, and
 // a full write and re-read of its output) followed by a separate norm backward.
 template <class T>
-void project_back_rms_ng(T* dx, const T* zs, const T* a, const T* WT, const T* x, const T* rstd, size_t rows, int P, int C) {
-#pragma omp parallel for schedule(static)
-  for (size_t r = 0; r < rows; ++r) {
-    const T* z = zs + r * P;
-    const T* ar = a + r * P;
+void project_back_rms_ng_rows(T* dx, const T* zs, const T* a, const T* WT, const T* x, const T* rstd, size_t r0, size_t r1, int P,
+                              int C) {
+  for (size_t r = r0; r < r1; ++r) {
     T dot = 0;
-    for (int j = 0; j < P; ++j) dot += z[j] * ar[j];
+    for (int j = 0; j < P; ++j) dot += zs[r * P + j] * a[r * P + j];
     const T k = rstd[r] * dot / T(C);
     const T* xr = x + r * C;
     T* d = dx + r * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) d[c] -= k * xr[c];
+  }
+  // Four rows at a time share each row of Wᵀ (read from L2 once per four rows, not per row).
+  for (size_t r = r0; r < r1; r += 4) {
+    const size_t m = std::min<size_t>(4, r1 - r);
+    T* d[4];
+    for (size_t k = 0; k < 4; ++k) d[k] = dx + (r + std::min(k, m - 1)) * C;
     for (int j = 0; j < P; ++j) {
-      const T zj = z[j];
+      T z[4];
+      for (size_t k = 0; k < 4; ++k) z[k] = k < m ? zs[(r + k) * P + j] : T(0);
       const T* w = WT + (size_t)j * C;
+      if (m == 4) {
 #pragma omp simd
-      for (int c = 0; c < C; ++c) d[c] += zj * w[c];
+        for (int c = 0; c < C; ++c) {
+          d[0][c] += z[0] * w[c];
+          d[1][c] += z[1] * w[c];
+          d[2][c] += z[2] * w[c];
+          d[3][c] += z[3] * w[c];
+        }
+      } else {
+        for (size_t k = 0; k < m; ++k)
+#pragma omp simd
+          for (int c = 0; c < C; ++c) d[k][c] += z[k] * w[c];
+      }
     }
   }
+}
+
+template <class T>
+void project_back_rms_ng(T* dx, const T* zs, const T* a, const T* WT, const T* x, const T* rstd, size_t rows, int P, int C) {
+  const size_t block = 16;
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < rows; r += block)
+    project_back_rms_ng_rows(dx, zs, a, WT, x, rstd, r, std::min(rows, r + block), P, C);
 }
 
 // Expand (§5.1): every stream of X (N, n, C) starts as e (N, C).
@@ -84,12 +108,65 @@ void collapse(T* x, const T* X, int N, int n, int C) {
 template <class T>
 void broadcast(T* dX, const T* dx, int N, int n, int C) { expand(dX, dx, N, n, C); }
 
+// out[u] = a·B_u for u < n, B_u = B + u·stride (length C each). Four dot products run together:
+// a's loads are shared and the four accumulator chains are independent (one dot at a time is bound
+// by the latency of its single FMA chain).
+template <class T>
+void dots(T* out, const T* a, const T* B, size_t stride, int n, int C) {
+  constexpr int W = 64 / sizeof(T);  // one 512-bit vector
+  for (int u = 0; u < n; u += 4) {
+    const int m = std::min(4, n - u);
+    const T* b[4];
+    for (int k = 0; k < 4; ++k) b[k] = B + (size_t)(u + std::min(k, m - 1)) * stride;
+    T acc[4][W] = {};
+    int c = 0;
+    for (; c + W <= C; c += W) {
+#pragma omp simd
+      for (int j = 0; j < W; ++j) {
+        const T x = a[c + j];
+        acc[0][j] += x * b[0][c + j];
+        acc[1][j] += x * b[1][c + j];
+        acc[2][j] += x * b[2][c + j];
+        acc[3][j] += x * b[3][c + j];
+      }
+    }
+    for (int k = 0; k < m; ++k) {
+      T sum = 0;
+      for (int j = 0; j < W; ++j) sum += acc[k][j];
+      for (int cc = c; cc < C; ++cc) sum += a[cc] * b[k][cc];
+      out[u + k] = sum;
+    }
+  }
+}
+
 template <class T>
 T dot(const T* a, const T* b, int C) {
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int c = 0; c < C; ++c) s += a[c] * b[c];
-  return s;
+  T out;
+  dots(&out, a, b, 0, 1, C);
+  return out;
+}
+
+// y = Σ_{s<n} coef[s]·X_s (+ extra_coef·extra when extra is given), X_s = X + s·stride, in passes
+// over y of up to four sources each (not one pass per source).
+template <class T>
+void combine(T* y, const T* coef, const T* X, size_t stride, int n, int C, const T* extra = nullptr, T extra_coef = 0) {
+  for (int s = 0; s < n; s += 4) {
+    const int m = std::min(4, n - s);
+    const T* x[4];
+    T a[4];
+    for (int k = 0; k < 4; ++k) {
+      x[k] = X + (size_t)(s + std::min(k, m - 1)) * stride;
+      a[k] = k < m ? coef[s + k] : T(0);
+    }
+    const bool first = s == 0;
+    const T* e = first ? extra : nullptr;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+      T v = (first ? T(0) : y[c]) + a[0] * x[0][c] + a[1] * x[1][c] + a[2] * x[2][c] + a[3] * x[3][c];
+      if (e) v += extra_coef * e[c];
+      y[c] = v;
+    }
+  }
 }
 
 }  // namespace attnlab::streams
