@@ -1,4 +1,4 @@
-"""PyTorch reference of attnlab's residual kinds (MECHANISMS.md §1.1, §4, §5), imported by
+"""PyTorch reference of attnlab's residual kinds (MECHANISMS.md §1.1, §4, §5, §6), imported by
 attnlab_ref.py. Each kind is an nn.Module called as
 
     x_f = residual(e, sublayers)      # e: [B, T, d]; sublayers: the 2L functions F_l(h) = f_l(Norm_l(h))
@@ -7,7 +7,7 @@ returning the input of Norm_f. The math is written as the spec states it (lists 
 stream matrices as tensors) and autograd provides the backward, so this is an independent oracle
 for the engine's hand-written backward. Parameter names are the engine's: a kind's state_dict keys,
 under the model's `residual` attribute, are `residual.{l}.<name>` (l = 1..2L) and
-`residual.final.<name>`, with attnlab's shapes.
+`residual.final.<name>`, with attnlab's shapes (DAR's shared value maps: `residual.value<j>`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 import torch.nn as nn
 
-KINDS = ("standard", "attnres", "hyper", "mhc")
+KINDS = ("standard", "attnres", "hyper", "mhc", "dar")
 RMS_NG_EPS = 1e-6  # RMSNorm without gain (§0)
 
 # §7.2 defaults of the residual keys (block_size: 1 for attnres, filled in by resolve()).
@@ -31,7 +31,15 @@ DEFAULTS = {
     "residual.mhc.phi_init": "zero",
     "residual.mhc.home_weight": 0.9,
     "residual.mhc.res_diag": 0.9,
+    # DAR (§6.6)
+    "dar.routing": "reciprocal",
+    "dar.sep_v": False,
+    "dar.include_partial": True,
+    "dar.init": "parity",
+    "dar.tau_init": -6.0,
+    "dar.other_b_init": -2.0,
 }
+DAR_ROUTINGS = ("reciprocal", "self_kv", "cross_v", "fixed_kv")
 
 
 def resolve(cfg: Dict, error=ValueError) -> None:
@@ -44,6 +52,10 @@ def resolve(cfg: Dict, error=ValueError) -> None:
         raise error(f"residual.block_size = {cfg['residual.block_size']} must be >= 1")
     if int(cfg["residual.streams"]) < 2:
         raise error(f"residual.streams = {cfg['residual.streams']} must be >= 2")
+    if cfg["dar.routing"] not in DAR_ROUTINGS:
+        raise error(f"dar.routing = {cfg['dar.routing']!r}: use one of {', '.join(DAR_ROUTINGS)}")
+    if cfg["dar.init"] not in ("parity", "uniform"):
+        raise error(f"dar.init = {cfg['dar.init']!r}: use parity or uniform")
     for key in ("residual.mhc.home_weight", "residual.mhc.res_diag"):
         if not 0 < float(cfg[key]) < 1:
             raise error(f"{key} = {cfg[key]} must be strictly between 0 and 1")
@@ -238,6 +250,90 @@ class Mhc(_PerSublayer):
         return X.sum(dim=-2)
 
 
+class Dar(_PerSublayer):
+    """Dual Attention Residuals (§6, this project's reconstruction): two streams with their own
+    histories and partial block states; each target stream j reads with keys from stream ks(j) and
+    values from vs(j) (§6.2 routing), the two reads are mixed into the unchanged sublayer's input, and
+    its output is written into both partials by the transport ρ_l and the gates β^j_l."""
+
+    # (ks(j), vs(j)) for j = 0, 1 (§6.2 routing table)
+    ROUTES = {"reciprocal": ((1, 0), (0, 1)), "self_kv": ((0, 0), (1, 1)),
+              "cross_v": ((0, 1), (1, 0)), "fixed_kv": ((0, 1), (0, 1))}
+
+    def __init__(self, cfg: Dict):
+        super().__init__(cfg, with_final=True)
+        self.K = int(cfg["residual.block_size"])
+        self.routes = self.ROUTES[cfg["dar.routing"]]
+        self.sep_v = bool(cfg["dar.sep_v"])
+        self.include_partial = bool(cfg["dar.include_partial"])
+        self.parity = cfg["dar.init"] == "parity"
+        self.tau_init = float(cfg["dar.tau_init"])
+        self.other_b_init = float(cfg["dar.other_b_init"])
+        d = self.d
+        for name, slot in self.named_children():
+            slot.query0 = nn.Parameter(torch.zeros(d))
+            slot.query1 = nn.Parameter(torch.zeros(d))
+            slot.mix = nn.Parameter(torch.zeros(d))
+            if name != "final":
+                slot.transport = nn.Parameter(torch.zeros(1))
+                slot.gate0 = nn.Parameter(torch.zeros(d))
+                slot.gate1 = nn.Parameter(torch.zeros(d))
+        if self.sep_v:  # shared by all sublayers and the read-out
+            self.value0 = nn.Parameter(torch.zeros(d, d))
+            self.value1 = nn.Parameter(torch.zeros(d, d))
+        self.reset_parameters()
+
+    def reset_parameters(self, generator=None) -> None:
+        """§6.3: w = g = 0, τ = tau_init, W_V = I; parity: b = 0 on the home stream (0 for attention,
+        odd l; 1 for the MLP) and other_b_init on the other; uniform: all b = 0."""
+        with torch.no_grad():
+            for name, slot in self.named_children():
+                for p in (slot.query0, slot.query1, slot.mix):
+                    p.zero_()
+                if name == "final":
+                    continue
+                slot.transport.fill_(self.tau_init)
+                home = 0 if int(name) % 2 == 1 else 1
+                for s, gate in enumerate((slot.gate0, slot.gate1)):
+                    gate.fill_(self.other_b_init if (self.parity and s != home) else 0.0)
+            if self.sep_v:
+                for v in (self.value0, self.value1):
+                    v.copy_(torch.eye(self.d, dtype=v.dtype))
+
+    def _mix(self, cand, slot) -> torch.Tensor:
+        """x = α∘R⁰ + (1−α)∘R¹ with R^j = DepthAttn(keys cand[ks(j)], values cand[vs(j)]; w^j) [·W^j_V]."""
+        reads = []
+        for j, (ks, vs) in enumerate(self.routes):
+            keys, values = torch.stack(cand[ks], dim=0), torch.stack(cand[vs], dim=0)  # [N, B, T, d]
+            w = slot.query0 if j == 0 else slot.query1
+            a = torch.softmax((rms_ng(keys) * w).sum(dim=-1), dim=0)  # [N, B, T]
+            r = (a.unsqueeze(-1) * values).sum(dim=0)
+            if self.sep_v:
+                r = r @ (self.value0 if j == 0 else self.value1)
+            reads.append(r)
+        return torch.sigmoid(slot.mix) * reads[0] + torch.sigmoid(-slot.mix) * reads[1]
+
+    def forward(self, e, sublayers):
+        H = [[e], [e]]  # history entries of streams 0 and 1; entry 0 = e
+        P = None  # partial block states [P⁰, P¹], None = EMPTY
+        for l, f in enumerate(sublayers, start=1):
+            p = self.slot(l)
+            with_partial = P is not None and self.include_partial
+            cand = [H[s] + ([P[s]] if with_partial else []) for s in (0, 1)]
+            o = f(self._mix(cand, p))
+            t = 0.5 * torch.sigmoid(p.transport)
+            beta = (2 * torch.sigmoid(p.gate0), 2 * torch.sigmoid(p.gate1))
+            if P is None:
+                P = [beta[0] * o, beta[1] * o]
+            else:  # ρ = [[1−t, t], [t, 1−t]] on the old P⁰, P¹
+                P = [(1 - t) * P[0] + t * P[1] + beta[0] * o, (1 - t) * P[1] + t * P[0] + beta[1] * o]
+            if l % self.K == 0 or l == self.L2:
+                H[0].append(P[0])
+                H[1].append(P[1])
+                P = None
+        return self._mix(H, self.slot("final"))
+
+
 def make_residual(cfg: Dict) -> nn.Module:
     kind = cfg["residual.kind"]
-    return {"standard": Standard, "attnres": AttnRes, "hyper": Hyper, "mhc": Mhc}[kind](cfg)
+    return {"standard": Standard, "attnres": AttnRes, "hyper": Hyper, "mhc": Mhc, "dar": Dar}[kind](cfg)

@@ -59,7 +59,8 @@ TEST(NoAllocation, TrainingStepAllocatesNothing) {
   for (const char* extra : {"attn.pos = rope\n", "attn.pos = learned\nmodel.mlp = swiglu\nmodel.norm = rmsnorm\nattn.sink = learned\nmodel.kv_heads = 2\n",
                             // every residual kind (src/model/residual/)
                             "residual.kind = attnres\n", "residual.kind = attnres\nresidual.block_size = 3\n",
-                            "residual.kind = hyper\n", "residual.kind = mhc\n"}) {
+                            "residual.kind = hyper\n", "residual.kind = mhc\n", "residual.kind = dar\n",
+                            "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\n"}) {
     const std::string text = std::string("model.n_layer = 2\nmodel.d_model = 64\nmodel.n_head = 4\nmodel.seq_len = 64\n"
                                          "model.vocab_size = 300\ntrain.batch_size = 4\n") + extra;
     const Config cfg = resolve_config(parse_config_text(text, "test"));

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "model/residual/dar.h"
 #include "train/trainer.h"
 
 namespace attnlab::cli {
@@ -152,6 +153,17 @@ void run_info(const ConfigArgs& args) {
   // The residual kind's share: states, histories or streams, and their gradients (MECHANISMS.md §4.4, §5.4).
   std::printf("  of which residual (%s): %.2f MB (%.1f KB per token)\n", model.residual().kind(),
               model.residual_activation_bytes() / 1e6, model.residual_activation_bytes() / 1024.0 / (B * T));
+  if (cfg.residual.kind == "dar") {
+    // §6.5 accounting: ours (planned) against the spec's estimate, KB per token.
+    const DarOptions opt = dar_options(cfg);
+    const int S = 2 * cfg.model.n_layer, C = cfg.model.d_model;
+    const DarMemory ours = Dar<float>(opt, S, C).memory_per_token(true), est = dar_memory_estimate(opt, S, C);
+    const double kb = 4 / 1024.0;
+    std::printf("    DAR (§6.5, KB per token): histories %.1f (estimate %.1f), reads %.1f (estimate %.1f); "
+                "sublayer inputs/outputs %.1f, backward accumulators %.1f\n",
+                ours.histories * kb, est.histories * kb, ours.reads * kb, est.reads * kb, ours.inputs_outputs * kb,
+                ours.backward * kb);
+  }
   std::printf("training FLOPs per token: %.3g\n", training_flops_per_token(model, T));
 }
 

@@ -135,6 +135,11 @@ std::vector<KeyDef> make_keys() {
                  [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); },
                  active ? active : always, why});
   };
+  auto add_bool = [&](std::string name, auto member, std::function<bool(const Config&)> active = nullptr, std::string why = "") {
+    k.push_back({name, [=](Config& c, const std::string& v, const std::string& w) { member(c) = parse_bool(name, v, w); },
+                 [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); },
+                 active ? active : always, why});
+  };
   auto add_string = [&](std::string name, auto member) {
     k.push_back({name, [=](Config& c, const std::string& v, const std::string&) { member(c) = unquote(v); },
                  [=](const Config& c) { return nlohmann::json(member(const_cast<Config&>(c))); }, always, ""});
@@ -186,7 +191,7 @@ std::vector<KeyDef> make_keys() {
   add_choice("attn.goat.other_pos", [](Config& c) -> std::string& { return c.attn.goat.other_pos; }, {"none", "rope", "alibi"}, goat,
              no_goat);
 
-  // Residual kinds (§7.2). dar is specified but not built yet: rejected below with a message that says so.
+  // Residual kinds (§7.2).
   add_choice("residual.kind", [](Config& c) -> std::string& { return c.residual.kind; }, {"standard", "attnres", "hyper", "mhc", "dar"});
   add_int("residual.block_size", [](Config& c) -> int& { return c.residual.block_size; }, 1, 1 << 20,
           [](const Config& c) { return c.residual.blocks_kind(); }, "residual.kind is neither attnres nor dar");
@@ -202,6 +207,17 @@ std::vector<KeyDef> make_keys() {
   // Open intervals (0, 1): the init logits are log-odds of these (§5.3), infinite at the ends (checked below).
   add_float("residual.mhc.home_weight", [](Config& c) -> double& { return c.residual.mhc_home_weight; }, 0.0, 1.0, mhc, not_mhc);
   add_float("residual.mhc.res_diag", [](Config& c) -> double& { return c.residual.mhc_res_diag; }, 0.0, 1.0, mhc, not_mhc);
+
+  // DAR (§6.6): every dar.* key is an error unless residual.kind = dar.
+  const auto dar = [](const Config& c) { return c.residual.kind == "dar"; };
+  const std::string not_dar = "residual.kind is not dar";
+  add_choice("dar.routing", [](Config& c) -> std::string& { return c.dar.routing; }, {"reciprocal", "self_kv", "cross_v", "fixed_kv"},
+             dar, not_dar);
+  add_bool("dar.sep_v", [](Config& c) -> bool& { return c.dar.sep_v; }, dar, not_dar);
+  add_bool("dar.include_partial", [](Config& c) -> bool& { return c.dar.include_partial; }, dar, not_dar);
+  add_choice("dar.init", [](Config& c) -> std::string& { return c.dar.init; }, {"parity", "uniform"}, dar, not_dar);
+  add_float("dar.tau_init", [](Config& c) -> double& { return c.dar.tau_init; }, -1e3, 1e3, dar, not_dar);
+  add_float("dar.other_b_init", [](Config& c) -> double& { return c.dar.other_b_init; }, -1e3, 1e3, dar, not_dar);
 
   add_int("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, 1, 1 << 16);
   add_int("train.grad_accum", [](Config& c) -> int& { return c.train.grad_accum; }, 1, 1 << 16);
@@ -236,14 +252,6 @@ std::vector<KeyDef> make_keys() {
 const std::vector<KeyDef>& keys() {
   static const std::vector<KeyDef> k = make_keys();
   return k;
-}
-
-// Keys of the spec (§7.2) whose mechanisms this version does not implement yet: naming them is an
-// error that says so, rather than an "unknown key" (or, worse, silently ignoring them).
-bool is_future_key(const std::string& key) {
-  for (const char* p : {"dar."})
-    if (key.rfind(p, 0) == 0) return true;
-  return false;
 }
 
 }  // namespace
@@ -294,12 +302,7 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   for (const auto& a : assignments) {
     const KeyDef* def = nullptr;
     for (const auto& kd : keys()) if (kd.name == a.key) def = &kd;
-    if (!def) {
-      if (is_future_key(a.key))
-        fail(a.origin, ": ", a.key, ": this mechanism is specified (MECHANISMS.md §7.2) but not implemented in attnlab ",
-             "0.1 yet; remove the key");
-      fail(a.origin, ": unknown configuration key '", a.key, "'");
-    }
+    if (!def) fail(a.origin, ": unknown configuration key '", a.key, "'");
     def->set(c, a.value, a.origin);
     given[a.key] = &a;
   }
@@ -341,9 +344,6 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
       fail(where("attn.goat.other_pos"), ": attn.goat.other_pos = rope needs an even head dimension, but it is ", m.head_dim());
   }
   ResidualConfig& r = c.residual;
-  if (r.kind == "dar")
-    fail(where("residual.kind"), ": residual.kind = dar is specified (MECHANISMS.md §6) but not implemented in attnlab 0.1 yet; ",
-         "use standard, attnres, hyper or mhc");
   if (r.block_size == 0) r.block_size = r.kind == "dar" ? 2 : 1;  // §7.2 defaults (unused by the other kinds)
   for (const char* key : {"residual.mhc.home_weight", "residual.mhc.res_diag"}) {
     const double v = std::string(key) == "residual.mhc.home_weight" ? r.mhc_home_weight : r.mhc_res_diag;

@@ -70,6 +70,16 @@ struct ResidualConfig {
   bool blocks_kind() const { return kind == "attnres" || kind == "dar"; }
 };
 
+// DAR, Dual Attention Residuals (MECHANISMS.md §6.6; keys §7.2): active when residual.kind = dar.
+struct DarConfig {
+  std::string routing = "reciprocal";  // reciprocal | self_kv | cross_v | fixed_kv (§6.2 routing table)
+  bool sep_v = false;                  // per-target value maps W^j_V
+  bool include_partial = true;         // the partial block state is a depth candidate
+  std::string init = "parity";         // parity | uniform (§6.3 symmetry breaking)
+  double tau_init = -6.0;              // transport logit τ at init
+  double other_b_init = -2.0;          // gate logit b on the non-home stream (parity init)
+};
+
 struct TrainConfig {
   int batch_size = 16;        // sequences per micro-batch (B)
   int grad_accum = 1;         // micro-batches per optimizer step
@@ -99,6 +109,7 @@ struct Config {
   ModelConfig model;
   AttentionConfig attn;
   ResidualConfig residual;
+  DarConfig dar;
   TrainConfig train;
   DataConfig data;
 

@@ -79,7 +79,6 @@ for kind in "attnres --set residual.block_size=2" "attnres" "hyper --set residua
     bad "residual.kind=$kind: $(tail -3 "$WORK/res.log")"
   fi
 done
-expect_error "dar not implemented yet" "residual.kind = dar" "$BIN" info --set residual.kind=dar
 expect_error "inactive residual key" "residual.streams" "$BIN" info --set residual.kind=attnres --set residual.streams=2
 
 # resume continues from the step-10 checkpoint
@@ -120,6 +119,30 @@ expect_error "missing checkpoint" "missing.safetensors" "$BIN" sample --checkpoi
 "$BIN" init "${common[@]}" --out "$WORK/init.safetensors" >/dev/null 2>&1 && ok init || bad init
 expect_error "resume from weights only" "optimizer state" "$BIN" train --resume "$WORK/init.safetensors"
 expect_error "not a checkpoint" "g.safetensors" "$BIN" eval --checkpoint "$WORK/g.safetensors" --data "$WORK/data/val.bin"
+
+# residual.kind = dar (MECHANISMS.md §6): train → eval → forward → sample → grads → resume → info
+dar=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/data\"" --set "train.out_dir=\"$WORK/dar\""
+     --set residual.kind=dar --set dar.routing=cross_v --set dar.sep_v=true)
+if "$BIN" train "${dar[@]}" --set train.steps=6 --set train.ckpt_every=3 --set train.eval_every=3 >"$WORK/dar.log" 2>&1 \
+   && [ -f "$WORK/dar/model.safetensors" ] && grep -q "val loss" "$WORK/dar.log" && grep -q 'dar.routing = "cross_v"' "$WORK/dar.log"; then
+  ok "dar: train"
+else
+  bad "dar: train: $(tail -5 "$WORK/dar.log")"
+fi
+DK="$WORK/dar/model.safetensors"
+out=$("$BIN" eval --checkpoint "$DK" --data "$WORK/data/val.bin" 2>&1)
+grep -q "perplexity" <<<"$out" && ok "dar: eval" || bad "dar: eval: $out"
+"$BIN" forward --checkpoint "$DK" --tokens "$WORK/ids.txt" --out "$WORK/dar_logits.npy" >/dev/null 2>&1 \
+  && [ "$(stat -c %s "$WORK/dar_logits.npy")" -eq $((128 + 2 * 5 * 400 * 4)) ] && ok "dar: forward" || bad "dar: forward"
+out=$("$BIN" sample --checkpoint "$DK" --prompt "In the beginning" -n 10 --seed 3 2>&1)
+[ $? -eq 0 ] && [ -n "$out" ] && ok "dar: sample" || bad "dar: sample: $out"
+"$BIN" grads --checkpoint "$DK" --tokens "$WORK/seq.txt" --out "$WORK/dar_g.safetensors" >/dev/null 2>&1 && ok "dar: grads" || bad "dar: grads"
+"$BIN" train --resume "$WORK/dar/step_000003.safetensors" --set train.steps=4 --quiet >"$WORK/dar_resume.log" 2>&1 \
+  && ok "dar: resume" || bad "dar: resume: $(tail -3 "$WORK/dar_resume.log")"
+out=$("$BIN" info --preset tiny --set residual.kind=dar --set residual.block_size=1 2>&1)
+grep -q "of which residual (dar)" <<<"$out" && grep -q "histories" <<<"$out" && ok "dar: info" || bad "dar: info: $out"
+expect_error "dar key without dar" "dar.routing" "$BIN" info --preset tiny --set dar.routing=self_kv
+expect_error "bad dar routing" "dar.routing" "$BIN" info --preset tiny --set residual.kind=dar --set dar.routing=sideways
 
 # Every attention option trains, checkpoints, resumes, evaluates, samples (KV cache) and runs
 # forward: XSA (on, gated on a layer subset), GOAT (with a sink and XSA; on one layer with ALiBi

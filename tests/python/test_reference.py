@@ -121,6 +121,11 @@ CASES = [
       "residual.block_size": 2}, 16, 2),
     ("hyper-n2-learned", {"attn.pos": "learned", "residual.kind": "hyper", "residual.streams": 2}, 16, 2),
     ("mhc-n4", {"attn.pos": "rope", "residual.kind": "mhc", "residual.streams": 4}, 16, 2),
+    # DAR (MECHANISMS.md §6): the default block form, and Full DAR with self routing and value maps
+    ("dar-block2-reciprocal", {"attn.pos": "rope", "residual.kind": "dar", "residual.block_size": 2,
+                               "dar.routing": "reciprocal"}, 16, 2),
+    ("dar-full-self_kv-sepv", {"attn.pos": "rope", "residual.kind": "dar", "residual.block_size": 1,
+                               "dar.routing": "self_kv", "dar.sep_v": True}, 16, 2),
 ]
 
 # Residual gradients that are (nearly) zero by structure, whatever the weights, at sublayer 1 where
@@ -132,6 +137,9 @@ NEAR_ZERO = {
     "hyper": {"grad.residual.1.m0", "grad.residual.1.w_m"},
     "mhc": {"grad.residual.1.phi_res", "grad.residual.1.alpha_res", "grad.residual.1.b_res",
             "grad.residual.1.phi_pre", "grad.residual.1.alpha_pre", "grad.residual.1.b_pre"},
+    # DAR's sublayer 1 reads e alone: its queries get exactly zero gradient, and so does its mix
+    # logit without sep_v (R⁰ = R¹ = e) (§1.5).
+    "dar": {"grad.residual.1.query0", "grad.residual.1.query1", "grad.residual.1.mix"},
 }
 
 def toml_value(v):
@@ -335,6 +343,30 @@ def reference_self_checks(R, rep):
             blk.load_state_dict(ar.state_dict())
             outs.append(blk(e, subs))
         rep.check(torch.allclose(outs[0], outs[1], rtol=0, atol=1e-14), "attnres: K = 2L and K > 2L agree")
+        # DAR (§6.7 point 5): self_kv with g = g_F = +40, τ = −40, b⁰ = 0 and w⁰ = AttnRes's queries is
+        # Block AttnRes on stream 0, whatever stream 1's parameters; reciprocal routing is not.
+        for K in (1, 2, 3):
+            attn = RR.make_residual(R.resolve_config({**BASE, "residual.kind": "attnres",
+                                                      "residual.block_size": K})).double()
+            for p in attn.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            for routing in ("self_kv", "reciprocal"):
+                dar = RR.make_residual(R.resolve_config({**BASE, "residual.kind": "dar", "residual.block_size": K,
+                                                         "dar.routing": routing})).double()
+                for name, p in dar.named_parameters():
+                    p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+                for name, slot in dar.named_children():
+                    slot.query0.copy_(attn.slot(name).query)
+                    slot.mix.fill_(40.0)
+                    if name != "final":
+                        slot.transport.fill_(-40.0)
+                        slot.gate0.zero_()
+                a, b = attn(e, subs), dar(e, subs)
+                d = ((a - b).abs().max() / a.abs().max()).item()
+                if routing == "self_kv":
+                    rep.check(d < 1e-13, f"dar self_kv K={K} forced to g = 40, τ = −40, b⁰ = 0 is Block AttnRes (rel diff {d:.1e})")
+                else:
+                    rep.check(d > 1e-4, f"dar reciprocal K={K} under the same forcing is not AttnRes (rel diff {d:.1e})")
         m = RR.sinkhorn(torch.randn(1000, 4, 4, generator=gen, dtype=torch.float64), 20)
         rows = (m.sum(-1) - 1).abs().max().item()
         rep.check(rows < 1e-14, f"Sinkhorn rows sum to 1 (max error {rows:.1e})")
@@ -834,6 +866,9 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
     ids_t = torch.from_numpy(ids).long()
     logits, loss = model(ids_t[:, :-1], ids_t[:, 1:])
     loss.backward()
+    for p in model.parameters():  # unused by this forward (DAR's transport at a block start): gradient 0
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
 
     for key in ["loss", "logits"] + ["grad." + n for n, _ in model.named_parameters()]:
         if key not in got:

@@ -94,6 +94,7 @@ template <class T> std::unique_ptr<Residual<T>> make_standard_residual(const Con
 template <class T> std::unique_ptr<Residual<T>> make_attnres_residual(const Config& cfg);
 template <class T> std::unique_ptr<Residual<T>> make_hyper_residual(const Config& cfg);
 template <class T> std::unique_ptr<Residual<T>> make_mhc_residual(const Config& cfg);
+template <class T> std::unique_ptr<Residual<T>> make_dar_residual(const Config& cfg);
 
 // Parameter name of sublayer l's tensor (`residual.{l}.name`) and of the read-out's.
 inline std::string residual_param(int l, const std::string& name) { return "residual." + std::to_string(l) + "." + name; }

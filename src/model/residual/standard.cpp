@@ -82,6 +82,7 @@ std::unique_ptr<Residual<T>> make_residual(const Config& cfg) {
   if (kind == "attnres") return make_attnres_residual<T>(cfg);
   if (kind == "hyper") return make_hyper_residual<T>(cfg);
   if (kind == "mhc") return make_mhc_residual<T>(cfg);
+  if (kind == "dar") return make_dar_residual<T>(cfg);
   fail("residual.kind = ", kind, " is not implemented in this build");
 }
 
