@@ -883,20 +883,12 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
     if "logits" in got:
         rep.compare("logits", got["logits"], logits.detach().numpy(), LOGITS_TOL)
     rep.compare("forward logits.npy", np.load(npy_path), logits.detach().numpy(), LOGITS_TOL)
-    resid_scale = max([float(np.max(np.abs(p.grad.numpy()))) for n, p in model.named_parameters()
-                       if n.startswith("residual.")] + [1e-12])
-    near_zero = NEAR_ZERO.get(cfg.get("residual.kind"), set())
     params = dict(model.named_parameters())
+    resid_scale = max([float(p.grad.abs().max()) for n, p in params.items() if n.startswith("residual.")] + [1e-12])
+    near_zero = NEAR_ZERO.get(cfg.get("residual.kind"), set())
     for pname, p in params.items():
         key = "grad." + pname
         if key not in got:
-            continue
-        if key in near_zero:
-            ref = p.grad.numpy()
-            worst = float(np.max(np.abs(got[key] - ref)))
-            rep.check(worst <= GRAD_TOL * resid_scale,
-                      f"{key} (near zero by structure, max|ref| {np.max(np.abs(ref)):.1e}): max|diff| {worst:.1e} "
-                      f"<= {GRAD_TOL:.0e} x {resid_scale:.1e}")
             continue
         scale = None
         if pname.endswith(".goat.b2") and cfg.get("attn.sink", "none") == "none":
@@ -906,6 +898,16 @@ def run_case(R, binary, workdir, name, overrides, T, B, seed):
             scale = max(float(params[layer + n].grad.abs().max()) for n in ("b1", "w2", "gain"))
             print(f"       ({key} is structurally 0: normalised by max|grad b1, w2, gain| "
                   f"{scale:.2e})")
+        elif key in near_zero:
+            # (near) zero by structure at sublayer 1 (NEAR_ZERO): normalised by the kind's other
+            # residual gradients
+            scale = resid_scale
+            print(f"       ({key} is (near) zero by structure: normalised by max|grad residual.*| {scale:.2e})")
+        elif pname.startswith("residual."):
+            # A scalar gate (α, s) can land on a gradient 1e4 times smaller than the kind's others,
+            # below fp32's rounding of the sums that form it; floor its scale at 1% of the kind's
+            # largest residual gradient (a wrong formula still errs by the size of the gradient).
+            scale = max(float(p.grad.abs().max()), 1e-2 * resid_scale)
         rep.compare(key, got[key], p.grad.numpy(), GRAD_TOL, scale)
     if "grad.wpe" in got and T < cfg["model.seq_len"]:
         rep.check(np.all(got["grad.wpe"][T:] == 0),
