@@ -1,4 +1,4 @@
-"""PyTorch reference of attnlab's baseline GPT (MECHANISMS.md §1).
+"""PyTorch reference of attnlab's GPT (MECHANISMS.md §1), with XSA (§2) and GOAT (§3).
 
 Three jobs:
   * the oracle of the golden test (tests/python/test_reference.py): load an attnlab checkpoint in
@@ -7,7 +7,8 @@ Three jobs:
   * a readable statement of the math, written op by op like the C++ kernels, citing the spec.
 
 Works with torch 1.13 (Debian's python3-torch: no scaled_dot_product_attention, so attention is
-written by hand) and torch 2.x (may use F.scaled_dot_product_attention when there is no sink).
+written by hand) and torch 2.x (may use F.scaled_dot_product_attention when there is no sink; ALiBi
+and GOAT biases go in as a float mask).
 
 Parameters are kept in attnlab's layout and under attnlab's names, so `model.state_dict()` keys
 are exactly the checkpoint's tensor names: matrices are [in, out] and applied as x @ W
@@ -68,9 +69,9 @@ def swiglu_hidden(d_model: int) -> int:
 _SUPPORTED = {
     "model.norm": ("layernorm", "rmsnorm"),
     "model.mlp": ("gelu", "swiglu"),
-    "attn.pos": ("none", "learned", "rope", "alibi"),
+    "attn.pos": ("none", "learned", "rope", "alibi", "goat"),
     "attn.sink": ("none", "learned"),
-    "attn.xsa": ("off",),
+    "attn.xsa": ("off", "on", "gated"),
     "residual.kind": residual_ref.KINDS,
 }
 _DEFAULTS = {
@@ -85,6 +86,23 @@ _DEFAULTS = {
     "attn.xsa": "off",
     "residual.kind": "standard",
 }
+# Defaults of the keys that exist only when their mechanism is on (MECHANISMS.md §2.5, §3.9); set
+# while it is off, they are an error, as in the engine (§7.2, Validation).
+_XSA_DEFAULTS = {"attn.xsa.layers": "all"}
+_GOAT_DEFAULTS = {
+    "attn.goat.pos_rank": 4,
+    "attn.goat.abs_rank": 4,
+    "attn.goat.pos_base": 10000.0,
+    "attn.goat.abs_base": 10000.0,
+    "attn.goat.key_bias": True,
+    "attn.goat.train_len": None,  # = model.seq_len
+    "attn.goat.init": "seeded",
+    "attn.goat.init_std": 1e-3,
+    "attn.goat.layers": "all",
+    "attn.goat.other_pos": "rope",
+}
+_GOAT_CHOICES = {"attn.goat.init": ("seeded", "uniform"),
+                 "attn.goat.other_pos": ("none", "rope", "alibi")}
 _REQUIRED = ("model.n_layer", "model.d_model", "model.n_head", "model.seq_len", "model.vocab_size")
 
 
@@ -110,12 +128,106 @@ def resolve_config(config: Dict) -> Dict:
         raise ReferenceError(f"model.d_model = {d} is not divisible by model.n_head = {h}")
     if h % hkv != 0:
         raise ReferenceError(f"model.n_head = {h} is not divisible by model.kv_heads = {hkv}")
-    if cfg["attn.pos"] == "rope" and (d // h) % 2 != 0:
-        raise ReferenceError(f"attn.pos = rope needs an even head dim, got {d // h}")
+    _resolve_attention(cfg)
     residual_ref.resolve(cfg, ReferenceError)
     if cfg["model.mlp_hidden"] in ("auto", None, 0):
         cfg["model.mlp_hidden"] = 4 * d if cfg["model.mlp"] == "gelu" else swiglu_hidden(d)
     return cfg
+
+
+def parse_layers(key: str, value, n_layer: int) -> List[int]:
+    """A layer-list key (attn.xsa.layers, attn.goat.layers): "all" or a non-empty list of distinct
+    0-based layer indices (a JSON list in a checkpoint; "[0, 2]" as a string is accepted too).
+    Returns the layers, sorted."""
+    if isinstance(value, str):
+        if value.strip() == "all":
+            return list(range(n_layer))
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ReferenceError(f"{key} = {value!r}: use \"all\" or a list of layer indices such "
+                                 "as [0, 2]") from None
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise ReferenceError(f"{key} = {value!r}: use \"all\" or a list of layer indices such as "
+                             "[0, 2]")
+    if not value or len(set(value)) != len(value):  # as the engine: "all", or distinct layers
+        raise ReferenceError(f"{key} = {list(value)}: use \"all\" or a non-empty list of "
+                             "distinct layer indices")
+    bad = [i for i in value if not 0 <= i < n_layer]
+    if bad:
+        raise ReferenceError(f"{key} = {list(value)}: layer {bad[0]} is outside [0, "
+                             f"{n_layer}) (model.n_layer = {n_layer}; layers are 0-based)")
+    return sorted(value)
+
+
+def _resolve_attention(cfg: Dict) -> None:
+    """Defaults and checks of the attn.xsa.* and attn.goat.* keys (MECHANISMS.md §2.5, §3.9,
+    §7.2), in place."""
+    L = cfg["model.n_layer"]
+    d, h = cfg["model.d_model"], cfg["model.n_head"]
+    head_dim = d // h
+    for keys, active, why in ((_XSA_DEFAULTS, cfg["attn.xsa"] != "off", "attn.xsa is off"),
+                              (_GOAT_DEFAULTS, cfg["attn.pos"] == "goat", "attn.pos is not goat")):
+        for key in keys:
+            if not active and key in cfg:
+                raise ReferenceError(f"{key} is set but has no effect because {why}; remove it")
+    known = set(_XSA_DEFAULTS) | set(_GOAT_DEFAULTS)
+    for key in cfg:
+        if key.startswith(("attn.xsa.", "attn.goat.")) and key not in known:
+            raise ReferenceError(f"unknown configuration key {key!r} (MECHANISMS.md §7.2 lists "
+                                 f"{', '.join(sorted(known))})")
+    if cfg["attn.xsa"] != "off":
+        for key, value in _XSA_DEFAULTS.items():
+            cfg.setdefault(key, value)
+        parse_layers("attn.xsa.layers", cfg["attn.xsa.layers"], L)
+    uses_rope = cfg["attn.pos"] == "rope"
+    if cfg["attn.pos"] == "goat":
+        for key, value in _GOAT_DEFAULTS.items():
+            cfg.setdefault(key, value)
+        if cfg["attn.goat.train_len"] in (None, 0):
+            cfg["attn.goat.train_len"] = cfg["model.seq_len"]
+        for key, allowed in _GOAT_CHOICES.items():
+            if cfg[key] not in allowed:
+                raise ReferenceError(f"{key} = {cfg[key]!r}: use one of {', '.join(allowed)}")
+        for key in ("attn.goat.pos_rank", "attn.goat.abs_rank", "attn.goat.train_len"):
+            v = cfg[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if "train" in key else 0):
+                raise ReferenceError(f"{key} = {v!r}: must be an integer >= "
+                                     f"{1 if 'train' in key else 0}")
+        for key in ("attn.goat.pos_base", "attn.goat.abs_base", "attn.goat.init_std"):
+            v = cfg[key]
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or \
+                    not (v >= 0 if key.endswith("init_std") else v > 0):
+                raise ReferenceError(f"{key} = {v!r}: must be a "
+                                     f"{'non-negative' if key.endswith('init_std') else 'positive'}"
+                                     " number")
+        if not isinstance(cfg["attn.goat.key_bias"], bool):
+            raise ReferenceError(f"attn.goat.key_bias = {cfg['attn.goat.key_bias']!r}: must be "
+                                 "true or false")
+        lanes = 2 * cfg["attn.goat.pos_rank"] + int(cfg["attn.goat.key_bias"])
+        if head_dim - lanes < 1:
+            raise ReferenceError(
+                f"attn.goat: head dim {head_dim} (model.d_model / model.n_head) leaves no content "
+                f"dims after 2·pos_rank + key_bias = {lanes} prior lanes (MECHANISMS.md §3.1); "
+                "lower attn.goat.pos_rank or widen the heads")
+        goat_layers = parse_layers("attn.goat.layers", cfg["attn.goat.layers"], L)
+        uses_rope = cfg["attn.goat.other_pos"] == "rope" and len(goat_layers) < L
+    if uses_rope and head_dim % 2 != 0:
+        raise ReferenceError(f"attn.pos = rope needs an even head dim, got {head_dim}")
+
+
+def layer_attention(cfg: Dict, layer: int) -> Tuple[str, str]:
+    """(positional scheme, XSA mode) of one layer of a resolved config: GOAT layers use "goat",
+    the others attn.goat.other_pos (§7.1); XSA is "off" outside attn.xsa.layers."""
+    L = cfg["model.n_layer"]
+    pos = cfg["attn.pos"]
+    if pos == "goat" and layer not in parse_layers("attn.goat.layers", cfg["attn.goat.layers"], L):
+        pos = cfg["attn.goat.other_pos"]
+    xsa = cfg["attn.xsa"]
+    if xsa != "off" and layer not in parse_layers("attn.xsa.layers", cfg["attn.xsa.layers"], L):
+        xsa = "off"
+    return pos, xsa
 
 
 # --------------------------------------------------------------------------------------------------
@@ -184,65 +296,254 @@ def _has_sdpa() -> bool:
     return hasattr(F, "scaled_dot_product_attention")
 
 
-class Attention(nn.Module):
-    """Causal multi-head attention with GQA, RoPE/ALiBi and a learned sink
-    (MECHANISMS.md §1.1-1.3). qkv columns: q heads, then k heads, then v heads, each head D_h
-    contiguous."""
+def softplus_inverse(y: float) -> float:
+    """softplus⁻¹(y) = log(expm1(y)) (MECHANISMS.md §0)."""
+    return math.log(math.expm1(y))
+
+
+XSA_EPS = 1e-12  # floor of ‖v‖ (MECHANISMS.md §2.3)
+GOAT_HIDDEN = 4  # width of GOAT's sink MLP: min(2(2M+2), 4) = 4 for every M (§3.3)
+
+
+def exclusive_self_attention(y, v, gamma=None):
+    """XSA (MECHANISMS.md §2.1): remove from each head's output its component along the token's own
+    value, z = y − γ (y·v̂) v̂ with v̂ = v / max(‖v‖, 1e-12); γ = 1 (mode on) or tanh(a) (gated:
+    gamma = tanh(a), [H]). y: [B, H, T, D_h]; v: [B, H, T, D_h], the value of KV head κ(h) at the
+    same position (unrotated: RoPE never touches v)."""
+    vhat = v / v.norm(dim=-1, keepdim=True).clamp_min(XSA_EPS)
+    c = (y * vhat).sum(dim=-1, keepdim=True)
+    if gamma is None:
+        return y - c * vhat
+    return y - gamma.view(1, -1, 1, 1) * c * vhat
+
+
+class GoatPrior(nn.Module):
+    """GOAT's learned log-prior (MECHANISMS.md §3) of one layer, per KV head κ, in the explicit
+    relative form of §3.4, with Δ_ij = t_i − t_j:
+
+        Π^κ_ij = Σ_r (A_κr cos(ω_r Δ_ij) + B_κr sin(ω_r Δ_ij)) + U_κ(j) − softplus(ρ_κ)·Δ_ij
+        U_κ(j) = gain_κ·u(j) + bump_κ·[t_j = 0],   u(j) = w2 · SiLU(W1 φ(t_j) + b1) + b2
+
+    U and the recency term exist only with key_bias. Parameters (attnlab names): A, B [H_kv, R];
+    with key_bias W1 [4, 2M+2] (applied as W1 φ), b1 [4], w2 [4], b2 [1], gain, bump, rho [H_kv].
+    Constants (ω, ω′, φ) are computed in float64 and then rounded (§0, Precision)."""
 
     def __init__(self, cfg: Dict):
         super().__init__()
+        Hkv = cfg["model.kv_heads"]
+        self.pos_rank, self.abs_rank = cfg["attn.goat.pos_rank"], cfg["attn.goat.abs_rank"]
+        self.pos_base = float(cfg["attn.goat.pos_base"])
+        self.abs_base = float(cfg["attn.goat.abs_base"])
+        self.key_bias = bool(cfg["attn.goat.key_bias"])
+        self.train_len = int(cfg["attn.goat.train_len"])  # τ, fixed (§3.2)
+        self.init_kind, self.init_std = cfg["attn.goat.init"], float(cfg["attn.goat.init_std"])
+        R, M = self.pos_rank, self.abs_rank
+        self.A = nn.Parameter(torch.zeros(Hkv, R))  # λ_sym
+        self.B = nn.Parameter(torch.zeros(Hkv, R))  # λ_asym
+        if self.key_bias:
+            self.W1 = nn.Parameter(torch.zeros(GOAT_HIDDEN, 2 * M + 2))
+            self.b1 = nn.Parameter(torch.zeros(GOAT_HIDDEN))
+            self.w2 = nn.Parameter(torch.zeros(GOAT_HIDDEN))
+            self.b2 = nn.Parameter(torch.zeros(1))  # dead without a sink (§3.5); kept for fidelity
+            self.gain = nn.Parameter(torch.ones(Hkv))
+            self.bump = nn.Parameter(torch.zeros(Hkv))
+            self.rho = nn.Parameter(torch.zeros(Hkv))  # recency slope softplus(ρ)
+
+    @staticmethod
+    def lanes(cfg: Dict) -> int:
+        """Prior lanes per head, 2R + key_bias: the head dims GOAT takes from q and k (§3.1)."""
+        return 2 * cfg["attn.goat.pos_rank"] + int(bool(cfg["attn.goat.key_bias"]))
+
+    def frequencies(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """ω_r = pos_base^(−r/max(R−1,1)) [R] and ω′_m = abs_base^(−m/max(M−1,1)) [M], float64."""
+        R, M = self.pos_rank, self.abs_rank
+        r = torch.arange(R, dtype=torch.float64)
+        m = torch.arange(M, dtype=torch.float64)
+        return self.pos_base ** (-r / max(R - 1, 1)), self.abs_base ** (-m / max(M - 1, 1))
+
+    def features(self, t: torch.Tensor) -> torch.Tensor:
+        """φ(t) = [cos(ω′t), sin(ω′t), t/τ, log1p(t)/log1p(τ)] for positions t: [T, 2M+2], float64."""
+        _, omega_abs = self.frequencies()
+        t = t.to(torch.float64)
+        angle = t[:, None] * omega_abs[None, :]
+        tau = float(self.train_len)
+        return torch.cat([angle.cos(), angle.sin(), (t / tau)[:, None],
+                          (torch.log1p(t) / math.log1p(tau))[:, None]], dim=1)
+
+    def key_profile(self, t: torch.Tensor, dtype, device=None) -> torch.Tensor:
+        """U_κ(j) for key positions t: [H_kv, T] (key_bias only)."""
+        phi = self.features(t).to(dtype=dtype, device=device)
+        u = F.silu(phi @ self.W1.t() + self.b1) @ self.w2 + self.b2  # [T], shared by the heads
+        first = (t == 0).to(dtype=dtype, device=device)  # the BOS bump: absolute position 0
+        return self.gain[:, None] * u[None, :] + self.bump[:, None] * first[None, :]
+
+    def bias(self, T: int, offset: int = 0, dtype=torch.float32, device=None) -> torch.Tensor:
+        """Π^κ_ij for t_i = offset + i, t_j = offset + j: [H_kv, T, T]. Defined for every (i, j);
+        the caller masks j > i."""
+        t = torch.arange(offset, offset + T, dtype=torch.float64)
+        delta = t[:, None] - t[None, :]
+        omega, _ = self.frequencies()
+        angle = omega[:, None, None] * delta[None]  # [R, T, T]
+        cos = angle.cos().to(dtype=dtype, device=device)
+        sin = angle.sin().to(dtype=dtype, device=device)
+        prior = (torch.einsum("kr,rij->kij", self.A, cos)
+                 + torch.einsum("kr,rij->kij", self.B, sin))
+        if self.key_bias:
+            prior = (prior + self.key_profile(t, dtype, device)[:, None, :]
+                     - F.softplus(self.rho)[:, None, None] * delta.to(dtype=dtype, device=device))
+        return prior
+
+    def trick_logits(self, q_c, k_c, head_dim: int, offset: int = 0):
+        """The official concatenation form (§3.4, "Concatenation trick"), kept as the second
+        statement of the math that the self-checks compare with `bias`: q_tot·k_tot/sqrt(D_h) with
+        q_tot = sqrt(D_h)[q_c/sqrt(D_c), A∘C_i + B∘S_i, A∘S_i − B∘C_i, 1] and
+        k_tot = [k_c, C_j, S_j, U(j) + softplus(ρ)·t_j]. It has the KEY form of the recency term, so
+        it equals the explicit logits plus softplus(ρ_κ)·t_i. q_c: [B, H, T, D_c],
+        k_c: [B, H_kv, T, D_c] -> [B, H, T, T] (unmasked)."""
+        B, H, T, Dc = q_c.shape
+        Hkv = k_c.shape[1]
+        dtype, device = q_c.dtype, q_c.device
+        t = torch.arange(offset, offset + T, dtype=torch.float64)
+        omega, _ = self.frequencies()
+        angle = t[:, None] * omega[None, :]
+        C = angle.cos().to(dtype=dtype, device=device)  # [T, R]
+        S = angle.sin().to(dtype=dtype, device=device)
+        A = self.A.repeat_interleave(H // Hkv, dim=0)[None, :, None, :]  # [1, H, 1, R]
+        Bs = self.B.repeat_interleave(H // Hkv, dim=0)[None, :, None, :]
+        q_parts = [q_c / math.sqrt(Dc), (A * C + Bs * S).expand(B, H, T, -1),
+                   (A * S - Bs * C).expand(B, H, T, -1)]
+        k_parts = [k_c, C.expand(B, Hkv, T, -1), S.expand(B, Hkv, T, -1)]
+        if self.key_bias:
+            q_parts.append(torch.ones(B, H, T, 1, dtype=dtype, device=device))
+            lane = (self.key_profile(t, dtype, device)
+                    + F.softplus(self.rho)[:, None] * t.to(dtype=dtype, device=device)[None, :])
+            k_parts.append(lane[None, :, :, None].expand(B, Hkv, T, 1))
+        q_tot = math.sqrt(head_dim) * torch.cat(q_parts, dim=-1)
+        k_tot = torch.cat(k_parts, dim=-1).repeat_interleave(H // Hkv, dim=1)
+        assert q_tot.shape[-1] == head_dim and k_tot.shape[-1] == head_dim
+        return (q_tot @ k_tot.transpose(-2, -1)) / math.sqrt(head_dim)
+
+    def init_(self, gen: torch.Generator) -> None:
+        """attn.goat.init (MECHANISMS.md §3.6). seeded: A ~ N(0, 0.01²), B = 0, W1, w2 ~
+        N(0, init_std²), b1 = b2 = 0, gain 1, bump 0, ρ = softplus⁻¹(ALiBi slopes of H_kv heads).
+        uniform: A = B = 0, W1 ~ N(0, init_std²), w2 = b1 = b2 = 0, gain 1, bump 0, ρ = −30."""
+        def normal(p, std):
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
+        seeded = self.init_kind == "seeded"
+        with torch.no_grad():
+            for p in self.parameters():
+                p.zero_()
+            if seeded:
+                normal(self.A, 0.01)
+            if self.key_bias:
+                normal(self.W1, self.init_std)
+                if seeded:
+                    normal(self.w2, self.init_std)
+                    slopes = alibi_slopes(self.rho.shape[0])
+                    self.rho.copy_(torch.tensor([softplus_inverse(m) for m in slopes],
+                                                dtype=torch.float64))
+                else:
+                    self.rho.fill_(-30.0)
+                self.gain.fill_(1.0)
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention of layer `layer` (MECHANISMS.md §1.1-1.3) with GQA, RoPE or
+    ALiBi, a learned sink, XSA (§2) and GOAT (§3). qkv columns: q heads, then k heads, then v heads,
+    each head contiguous; on GOAT layers the q and k heads have D_c = D_h − (2R + key_bias) columns
+    (content only, §3.1) and the v heads keep D_h."""
+
+    def __init__(self, cfg: Dict, layer: int = 0):
+        super().__init__()
         d, H, Hkv = cfg["model.d_model"], cfg["model.n_head"], cfg["model.kv_heads"]
         self.n_head, self.kv_heads, self.head_dim = H, Hkv, d // H
-        self.pos = cfg["attn.pos"]
+        self.pos, self.xsa = layer_attention(cfg, layer)  # GOAT layers: "goat", else other_pos
         self.rope_base = float(cfg["attn.rope.base"])
+        # q/k width per head: content dims only on GOAT layers; the prior never enters q or k here.
+        self.qk_dim = self.head_dim - (GoatPrior.lanes(cfg) if self.pos == "goat" else 0)
         bias = bool(cfg["model.bias"])
-        self.qkv = Dense(d, (H + 2 * Hkv) * self.head_dim, bias)
+        self.qkv = Dense(d, (H + Hkv) * self.qk_dim + Hkv * self.head_dim, bias)
         self.proj = Dense(H * self.head_dim, d, bias)
         self.sink = nn.Parameter(torch.zeros(H)) if cfg["attn.sink"] == "learned" else None
+        # XSA gate a (γ = tanh(a)): zero-init, so a gated layer starts as "off" (§2.1).
+        self.xsa_gate = nn.Parameter(torch.zeros(H)) if self.xsa == "gated" else None
+        self.goat = GoatPrior(cfg) if self.pos == "goat" else None
         # "manual" (any torch), "sdpa" (torch 2.x, no sink) or "auto" (sdpa when possible).
         self.impl = "manual"
 
-    def forward(self, u):  # u: [B, T, d] -> [B, T, d]
+    def init_mechanisms_(self, gen: torch.Generator) -> None:
+        """XSA gates 0 (§2.1) and GOAT's prior init (§3.6)."""
+        with torch.no_grad():
+            if self.xsa_gate is not None:
+                self.xsa_gate.zero_()
+        if self.goat is not None:
+            self.goat.init_(gen)
+
+    def position_bias(self, T: int, dtype, device=None) -> Optional[torch.Tensor]:
+        """Additive logit bias of the query heads, [H, T, T] (entries j > i unused): ALiBi's
+        −m_h(t_i − t_j) (§1.2) or GOAT's Π^κ(h) (§3.4); None for the other schemes."""
+        if self.pos == "alibi":
+            t = torch.arange(T, device=device, dtype=dtype)
+            slopes = torch.tensor(alibi_slopes(self.n_head), device=device, dtype=dtype)
+            return -slopes[:, None, None] * (t[:, None] - t[None, :])
+        if self.pos == "goat":
+            prior = self.goat.bias(T, dtype=dtype, device=device)  # [H_kv, T, T]
+            return prior.repeat_interleave(self.n_head // self.kv_heads, dim=0)
+        return None
+
+    def forward(self, u, trace: Optional[Dict] = None):  # u: [B, T, d] -> [B, T, d]
+        """trace (a dict, for the self-checks) receives q, k, v (per query head), y and z, and with
+        the manual path the masked logits and the probabilities."""
         B, T, _ = u.shape
-        H, Hkv, Dh = self.n_head, self.kv_heads, self.head_dim
-        qkv = self.qkv(u)
-        q, k, v = qkv.split([H * Dh, Hkv * Dh, Hkv * Dh], dim=-1)
-        q = q.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
-        k = k.view(B, T, Hkv, Dh).transpose(1, 2)  # [B, Hkv, T, Dh]
-        v = v.view(B, T, Hkv, Dh).transpose(1, 2)
+        H, Hkv, Dh, Dq = self.n_head, self.kv_heads, self.head_dim, self.qk_dim
+        q, k, v = self.qkv(u).split([H * Dq, Hkv * Dq, Hkv * Dh], dim=-1)
+        q = q.view(B, T, H, Dq).transpose(1, 2)  # [B, H, T, Dq]
+        k = k.view(B, T, Hkv, Dq).transpose(1, 2)  # [B, Hkv, T, Dq]
+        v = v.view(B, T, Hkv, Dh).transpose(1, 2)  # [B, Hkv, T, Dh]
         if self.pos == "rope":  # on q and k, never on v
             cos, sin = rope_tables(T, Dh, self.rope_base, dtype=u.dtype, device=u.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if Hkv != H:  # query head h reads kv head h // G: repeat each kv head G times, in order
             k = k.repeat_interleave(H // Hkv, dim=1)
             v = v.repeat_interleave(H // Hkv, dim=1)
-        use_sdpa = (self.impl in ("sdpa", "auto") and _has_sdpa() and self.sink is None
-                    and self.pos != "alibi")
+        bias = self.position_bias(T, u.dtype, u.device)
+        use_sdpa = self.impl in ("sdpa", "auto") and _has_sdpa() and self.sink is None
         if self.impl == "sdpa" and not use_sdpa:
-            raise ReferenceError("attention impl 'sdpa' needs torch >= 2.0 and no sink or ALiBi")
-        if use_sdpa:
+            raise ReferenceError("attention impl 'sdpa' needs torch >= 2.0 and no sink")
+        if use_sdpa and bias is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif use_sdpa:  # the positional bias as a float mask; the default scale is 1/sqrt(Dq)
+            causal = torch.ones(T, T, dtype=torch.bool, device=u.device).tril()
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias.masked_fill(~causal, float("-inf")))
         else:
-            y = self._manual(q, k, v)
-        y = y.transpose(1, 2).reshape(B, T, H * Dh)
-        return self.proj(y)
+            y = self._manual(q, k, v, bias, trace)
+        z = y
+        if self.xsa != "off":  # per head, before the concat and W_o (§2.1)
+            gamma = torch.tanh(self.xsa_gate) if self.xsa_gate is not None else None
+            z = exclusive_self_attention(y, v, gamma)
+        if trace is not None:
+            trace.update(q=q, k=k, v=v, y=y, z=z)
+        return self.proj(z.transpose(1, 2).reshape(B, T, H * Dh))
 
-    def _manual(self, q, k, v):  # [B, H, T, Dh] each -> [B, H, T, Dh]
+    def _manual(self, q, k, v, bias, trace=None):  # q, k: [B, H, T, Dq]; v: [B, H, T, Dh]
         T = q.shape[2]
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # ℓ_ij, [B, H, T, T]
-        if self.pos == "alibi":  # bias_ij = −m_h (t_i − t_j)
-            t = torch.arange(T, device=q.device, dtype=q.dtype)
-            slopes = torch.tensor(alibi_slopes(self.n_head), device=q.device, dtype=q.dtype)
-            scores = scores - slopes[:, None, None] * (t[:, None] - t[None, :])
+        # ℓ_ij; the content scale is 1/sqrt(D_c) on GOAT layers, and the prior is not scaled (§3.4)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, T]
+        if bias is not None:
+            scores = scores + bias
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
         if self.sink is not None:
             # The sink logit s_h joins the softmax denominator with a zero value (§1.3): softmax
-            # over [ℓ_i0..ℓ_iT, s_h] and drop the sink's column.
+            # over [ℓ_i0..ℓ_iT, s_h] and drop the sink's column. GOAT's relative recency form
+            # leaves it unchanged (§3.4).
             sink = self.sink.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
             a = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :T]
         else:
             a = torch.softmax(scores, dim=-1)
+        if trace is not None:
+            trace.update(logits=scores, probs=a)
         return a @ v
 
 
@@ -270,11 +571,11 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm block: x += attn(ln1(x)); x += mlp(ln2(x)) (standard residual, §1.1)."""
 
-    def __init__(self, cfg: Dict):
+    def __init__(self, cfg: Dict, layer: int = 0):
         super().__init__()
         norm, bias = cfg["model.norm"], bool(cfg["model.bias"])
         self.ln1 = Norm(cfg["model.d_model"], norm, bias)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, layer)
         self.ln2 = Norm(cfg["model.d_model"], norm, bias)
         self.mlp = MLP(cfg)
 
@@ -288,7 +589,7 @@ class Block(nn.Module):
 
 
 class AttnlabGPT(nn.Module):
-    """attnlab's baseline GPT (MECHANISMS.md §1). Built from a flat dotted-key config dict; its
+    """attnlab's GPT (MECHANISMS.md §1-3). Built from a flat dotted-key config dict; its
     state_dict names and shapes are exactly those of an attnlab checkpoint."""
 
     def __init__(self, config: Dict):
@@ -299,7 +600,7 @@ class AttnlabGPT(nn.Module):
         self.wte = nn.Parameter(torch.zeros(V, d))
         self.wpe = (nn.Parameter(torch.zeros(cfg["model.seq_len"], d))
                     if cfg["attn.pos"] == "learned" else None)
-        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg["model.n_layer"])])
+        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg["model.n_layer"])])
         self.ln_f = Norm(d, cfg["model.norm"], bool(cfg["model.bias"]))
         self.residual = residual_ref.make_residual(cfg)  # parameters residual.{l}.* (none for standard)
 
@@ -314,7 +615,7 @@ class AttnlabGPT(nn.Module):
     def init_weights(self, seed: int = 0) -> "AttnlabGPT":
         """The init of MECHANISMS.md §1.4 (a different RNG than attnlab's, so not bit-equal):
         N(0, 0.02²) for E, P and input matrices; N(0, (0.02/sqrt(2L))²) for residual outputs;
-        zero biases and sinks; unit gains."""
+        zero biases and sinks; unit gains; zero XSA gates (§2.1) and GOAT's attn.goat.init (§3.6)."""
         gen = torch.Generator().manual_seed(seed)
         resid_std = 0.02 / math.sqrt(2 * self.config["model.n_layer"])
         with torch.no_grad():
@@ -328,7 +629,9 @@ class AttnlabGPT(nn.Module):
                 else:
                     std = resid_std if name.endswith("proj.weight") else 0.02
                     p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
-            self.residual.reset_parameters(gen)
+        for block in self.blocks:  # XSA gates and GOAT priors have their own init (§2.1, §3.6)
+            block.attn.init_mechanisms_(gen)
+        self.residual.reset_parameters(gen)  # and so does the residual kind (§4.3, §5.2, §5.3)
         return self
 
     def forward(self, idx, targets=None):
