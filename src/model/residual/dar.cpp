@@ -1,3 +1,5 @@
+// DAR, Dual Attention Residuals (MECHANISMS.md §6): the engine (Dar<T>, see dar.h) and the residual
+// kind `dar` that drives it through the residual interface.
 #include "model/residual/dar.h"
 
 #include <omp.h>
@@ -27,8 +29,8 @@ constexpr int kEntryRows = 16;  // tokens per block of entry_backward
 // ---------------------------------------------------------------------------------------------
 // The depth-attention primitive (kernels/depth_attention.h, §4.1) in row form: DAR reads for two
 // targets and mixes them in one pass over the rows, and forms each candidate's gradient from both
-// targets at once (see depth_read_backward), so it needs the per-row pieces rather than the whole-
-// matrix kernel. The kernel's naive reference checks the same formulas (tests/kernels), and
+// targets and all readers at once (see entry_backward), so it needs the per-row pieces rather than the
+// whole-matrix kernel. The kernel's naive reference checks the same formulas (tests/kernels), and
 // tests/test_dar.cpp checks these against a literal §6.2 transcription and finite differences.
 
 // 1/ρ of one row x (C): the key normalisation of §4.1 (RMSNorm_ng, no gain).
@@ -80,33 +82,6 @@ inline void depth_values_row(Real* out, const Real* a, const Real* const* values
   }
 }
 
-// Row i of the backward: the per-candidate coefficients of the key path.
-//   dsn_r = ds_r/ρ_r   (so dw += Σ_r dsn_r K_r and dK_r += dsn_r w − key_coef_r K_r)
-//   key_coef_r = dsn_r (s_r/C)/ρ_r
-// dout, out (C) = dR̄, R̄ of this row; a (Nc) the saved weights; keys/values as in the forward.
-template <class Real>
-inline void depth_score_grads_row(Real* dsn, Real* key_coef, const Real* dout, const Real* out, const Real* a,
-                                  const Real* const* keys, const Real* const* key_inv_rms, const Real* const* values,
-                                  const Real* w, size_t i, int Nc, int C) {
-  Real D = 0;
-#pragma omp simd reduction(+ : D)
-  for (int c = 0; c < C; ++c) D += dout[c] * out[c];
-  for (int r = 0; r < Nc; ++r) {
-    const Real* k = keys[r] + i * C;
-    const Real* v = values[r] + i * C;
-    Real e = 0, s = 0;
-#pragma omp simd reduction(+ : e, s)
-    for (int c = 0; c < C; ++c) {
-      e += dout[c] * v[c];
-      s += w[c] * k[c];
-    }
-    const Real inv = key_inv_rms[r][i];
-    s *= inv;
-    const Real ds = a[r] * (e - D);
-    dsn[r] = ds * inv;
-    key_coef[r] = dsn[r] * (s / Real(C)) * inv;
-  }
-}
 }  // namespace
 
 DarRouting parse_dar_routing(const std::string& name) {

@@ -14,7 +14,9 @@
 // a block's last sublayer, history entry m of stream j. Each state's key normalisation 1/ρ is computed
 // once when it is written. Per sublayer the reads R^j, the mix input x_l (the sublayer's norm input),
 // the output o_l (for the gates' gradient), R̄^j with sep_v, and the depth weights a^j are kept.
-// Everything is planned in an Arena (two passes); a step allocates nothing.
+// Everything is planned in an Arena (two passes); a step allocates nothing. The backward forms each
+// history entry's gradient once, from all of its readers, when it reaches the sublayer that
+// appended the entry (see "Backward" in dar.cpp for why).
 //
 // Driving it (the call sequence of the residual interface, src/model/residual/residual.h):
 //   F writes the embedding into embedding();  begin(N)
@@ -109,9 +111,11 @@ class Dar {
   // ---- backward (training plans only) ----
   T* read_out_grad(int N);              // zeroed (N,C) for Norm_f's backward to accumulate dx_F into
   void read_out_backward(int N);
-  const T* branch_grad(int l, int N);   // computes do_l (N,C); accumulates db⁰_l, db¹_l, dτ_l
+  const T* branch_grad(int l, int N);   // computes do_l (N,C); accumulates db⁰_l, db¹_l, dτ_l (and, at a
+                                        // block's last sublayer, first the appended entry's gradient)
   T* input_grad(int l, int N);          // zeroed (N,C) for F_l's backward to accumulate dx_l into
-  void read_backward(int l, int N);     // accumulates dw, dg, dW_V and the candidates' gradients
+  void read_backward(int l, int N);     // accumulates dg, dW_V and the partial candidate's gradient; at
+                                        // l = 1 also forms d e and adds the query gradients into dw
   const T* embedding_grad(int) const { return d_e_; }
 
   // ---- introspection (tests, diagnostics) ----
@@ -139,7 +143,7 @@ class Dar {
     T *alpha = nullptr, *alpha_c = nullptr, *beta[2] = {};
     T t = 0;
     // candidate tables: for target j, keys from stream ks(j), values from vs(j); per stream s, the
-    // candidate C^s_r and the buffer its gradient accumulates into
+    // candidate C^s_r and (used for the partial candidate) the buffer its gradient accumulates into
     std::vector<const T*> keys[2], key_inv[2], values[2], cand[2];
     std::vector<T*> dcand[2];
   };
