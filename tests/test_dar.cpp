@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model_util.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/shard.h"
@@ -632,12 +633,7 @@ std::string error_of(const std::string& extra) {
   return "";
 }
 
-std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = (int32_t)r.below(V);
-  return t;
-}
+using test::random_tokens;
 
 // Away from the init: DAR tensors by 0.5 (depth weights, mixes and gates then vary by token), the
 // transport logits to −1 ± 0.5 (t ≈ 0.13: the transport matters), the rest by 0.1.
@@ -916,27 +912,9 @@ TEST(DarModel, CachedLogitsEqualUncached) {
   for (const char* extra : {"residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\n",
                             "residual.kind = dar\nresidual.block_size = 3\ndar.routing = fixed_kv\ndar.include_partial = false\n",
                             "residual.kind = dar\nattn.pos = goat\nattn.goat.pos_rank = 1\nmodel.n_head = 2\nattn.xsa = on\n"}) {
-    const Config cfg = tiny(extra);
-    GPT<float> m(cfg);
+    GPT<float> m(tiny(extra));
     randomize(m, 7);
-    const int B = 2, T = 8, V = cfg.model.vocab_size;
-    m.plan(B, T);
-    auto in = random_tokens(B * T, V, 9);
-    std::vector<float> full((size_t)B * T * V);
-    m.logits(full.data(), in.data());
-    m.plan_inference(B, T, 4);
-    std::vector<float> chunked((size_t)B * T * V);
-    int done = 0;
-    for (int len : {3, 1, 4}) {
-      std::vector<int32_t> chunk;
-      for (int b = 0; b < B; ++b) chunk.insert(chunk.end(), in.begin() + b * T + done, in.begin() + b * T + done + len);
-      std::vector<float> out((size_t)B * len * V);
-      m.forward_cached(out.data(), chunk.data(), len, false);
-      for (int b = 0; b < B; ++b)
-        std::copy(out.begin() + (size_t)b * len * V, out.begin() + (size_t)(b + 1) * len * V, chunked.begin() + ((size_t)b * T + done) * V);
-      done += len;
-    }
-    EXPECT_LT(test::max_rel_diff(chunked, full), 1e-5) << extra;
+    EXPECT_LT(test::cached_vs_uncached_rel_diff(m), 1e-5) << extra;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "check.h"
+#include "model_util.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 
@@ -18,12 +19,7 @@ Config tiny(const std::string& extra) {
   return resolve_config(parse_config_text(text, "test"));
 }
 
-std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = (int32_t)r.below(V);
-  return t;
-}
+using test::random_tokens;
 
 // Perturb the init away from the symmetric point (zero biases, unit gains) so every gradient is exercised.
 template <class T>
@@ -187,29 +183,12 @@ TEST(Model, CachedLogitsEqualUncached) {
                             "attn.xsa = gated\nattn.sink = learned\nmodel.kv_heads = 2\n",
                             "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.sink = learned\nattn.xsa = on\n",
                             "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.goat.layers = [0]\n"}) {
-    const Config cfg = tiny(extra);
-    GPT<float> m(cfg);
+    GPT<float> m(tiny(extra));
     randomize(m, 7);
-    const int B = 2, T = 8, V = cfg.model.vocab_size;
-    m.plan(B, T);
-    auto in = random_tokens(B * T, V, 9);
-    std::vector<float> full((size_t)B * T * V);
-    m.logits(full.data(), in.data());
-    // chunks of 3, 1, 4 tokens through the cache
-    m.plan_inference(B, T, 4);
-    std::vector<float> chunked((size_t)B * T * V);
-    int done = 0;
-    for (int len : {3, 1, 4}) {
-      std::vector<int32_t> chunk;
-      for (int b = 0; b < B; ++b) chunk.insert(chunk.end(), in.begin() + b * T + done, in.begin() + b * T + done + len);
-      std::vector<float> out((size_t)B * len * V);
-      m.forward_cached(out.data(), chunk.data(), len, false);
-      for (int b = 0; b < B; ++b)
-        std::copy(out.begin() + (size_t)b * len * V, out.begin() + (size_t)(b + 1) * len * V, chunked.begin() + ((size_t)b * T + done) * V);
-      done += len;
-    }
-    EXPECT_LT(test::max_rel_diff(chunked, full), 1e-5) << extra;
-    EXPECT_THROW(m.forward_cached(chunked.data(), in.data(), 1, true), Error);  // cache full
+    EXPECT_LT(test::cached_vs_uncached_rel_diff(m), 1e-5) << extra;
+    std::vector<float> logits(2 * 23);
+    const std::vector<int32_t> one_more = {1, 2};
+    EXPECT_THROW(m.forward_cached(logits.data(), one_more.data(), 1, true), Error);  // cache full
   }
 }
 
