@@ -752,26 +752,9 @@ void check_model_gradients(const std::string& extra) {
   int checked = 0;
   for (const auto& s : m.registry().specs()) {
     if (s.name.rfind("residual.", 0) != 0 && s.name != "wte") continue;
-    std::vector<size_t> idx;
-    if (s.numel <= 24) {
-      for (size_t i = 0; i < s.numel; ++i) idx.push_back(i);
-    } else {
-      while (idx.size() < 24) {
-        const size_t i = pick.below(s.numel);
-        if (std::find(idx.begin(), idx.end(), i) == idx.end()) idx.push_back(i);
-      }
-    }
-    std::vector<double> x(idx.size()), analytic(idx.size());
-    for (size_t k = 0; k < idx.size(); ++k) {
-      x[k] = m.params()[s.offset + idx[k]];
-      analytic[k] = m.grads()[s.offset + idx[k]];
-    }
-    auto loss = [&]() {
-      for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
-      return m.eval_loss(in.data(), tgt.data()) / valid;
-    };
-    auto numeric = test::numeric_grad(x, loss, 1e-5);
-    for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
+    const test::FdSample fd = test::fd_sample(m, s, pick, [&] { return m.eval_loss(in.data(), tgt.data()) / valid; });
+    const auto& analytic = fd.analytic;
+    const auto& numeric = fd.numeric;
     ++checked;
     if (s.name == dar_param_name(1, "query0") || s.name == dar_param_name(1, "query1")) {
       for (double a : analytic) EXPECT_EQ(a, 0.0) << extra << " " << s.name;
@@ -779,7 +762,7 @@ void check_model_gradients(const std::string& extra) {
     }
     double scale = 1e-4, worst = 0;
     for (double v : numeric) scale = std::max(scale, std::abs(v));
-    for (size_t k = 0; k < idx.size(); ++k) worst = std::max(worst, std::abs(analytic[k] - numeric[k]));
+    for (size_t k = 0; k < analytic.size(); ++k) worst = std::max(worst, std::abs(analytic[k] - numeric[k]));
     EXPECT_LT(worst / scale, 1e-6) << extra << " " << s.name;
   }
   EXPECT_EQ(checked, 1 + 6 * 4 + 3 + (cfg.dar.sep_v ? 2 : 0)) << extra;
@@ -958,37 +941,5 @@ TEST(DarModel, MemoryFitsTheEstimate) {
 
 // Checkpoints: exact resume gives bit-identical losses (tests/test_train.cpp's pattern).
 TEST(DarModel, ExactResumeIsBitIdentical) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("attnlab_test_dar_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  Rng r(1);
-  for (const char* name : {"train.bin", "val.bin"}) {
-    std::vector<uint16_t> toks(name[0] == 't' ? 8000 : 2000);
-    for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)(r.uniform() < 0.9 ? (i * 7) % 50 : r.below(50));
-    write_shard((dir / name).string(), toks.data(), toks.size());
-  }
-  for (const char* extra : {"residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\ndar.routing = cross_v\n"}) {
-    auto cfg_for = [&](const std::string& run) {
-      return resolve_config(parse_config_text(
-          std::string("model.n_layer = 2\nmodel.d_model = 32\nmodel.n_head = 4\nmodel.seq_len = 16\nmodel.vocab_size = 50\n"
-                      "train.batch_size = 4\ntrain.steps = 6\ntrain.warmup = 2\ntrain.lr = 3e-3\ntrain.eval_every = 0\n"
-                      "train.eval_batches = 2\ndata.dir = \"") + dir.string() + "\"\ntrain.out_dir = \"" + (dir / run).string() + "\"\n" + extra,
-          "test"));
-    };
-    TrainOptions quiet;
-    quiet.quiet = true;
-    const TrainSummary full = train(cfg_for("full"), quiet);
-    TrainOptions first = quiet;
-    first.stop_after = 3;
-    const TrainSummary a = train(cfg_for("split"), first);
-    TrainOptions second = quiet;
-    second.resume = a.checkpoint;
-    const TrainSummary b = train(cfg_for("split"), second);
-    ASSERT_EQ(a.losses.size() + b.losses.size(), full.losses.size()) << extra;
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(b.losses[i], full.losses[3 + i]) << extra << " step " << 3 + i;
-    EXPECT_EQ(b.val_loss, full.val_loss) << extra;
-    EXPECT_LT(full.losses.back(), full.losses.front()) << extra;
-  }
-  fs::remove_all(dir);
+  test::expect_exact_resume("dar", {"residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\ndar.routing = cross_v\n"});
 }

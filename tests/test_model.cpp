@@ -52,24 +52,9 @@ void check_gradients(const std::string& extra) {
   // large one): central differences in double against the analytic gradient.
   Rng pick(17);
   for (const auto& s : m.registry().specs()) {
-    std::vector<size_t> idx;
-    if (s.numel <= 24) for (size_t i = 0; i < s.numel; ++i) idx.push_back(i);
-    else
-      while (idx.size() < 24) {  // distinct entries: a repeated index would undo its own perturbation
-        const size_t i = pick.below(s.numel);
-        if (std::find(idx.begin(), idx.end(), i) == idx.end()) idx.push_back(i);
-      }
-    std::vector<double> x(idx.size()), analytic(idx.size());
-    for (size_t k = 0; k < idx.size(); ++k) {
-      x[k] = m.params()[s.offset + idx[k]];
-      analytic[k] = m.grads()[s.offset + idx[k]];
-    }
-    auto loss = [&]() {
-      for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
-      return m.eval_loss(in.data(), tgt.data()) / valid;
-    };
-    auto numeric = test::numeric_grad(x, loss, 1e-5);
-    for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
+    const test::FdSample fd = test::fd_sample(m, s, pick, [&] { return m.eval_loss(in.data(), tgt.data()) / valid; });
+    const auto& analytic = fd.analytic;
+    const auto& numeric = fd.numeric;
     test::expect_grad_close(analytic, numeric, 1e-6, (extra + " " + s.name).c_str());
   }
 }

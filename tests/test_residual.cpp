@@ -388,24 +388,9 @@ void check_model_gradients(const std::string& extra) {
   int residual_tensors = 0;
   for (const auto& s : m.registry().specs()) {
     residual_tensors += s.name.rfind("residual.", 0) == 0;
-    std::vector<size_t> idx;
-    if (s.numel <= 24) for (size_t i = 0; i < s.numel; ++i) idx.push_back(i);
-    else
-      while (idx.size() < 24) {
-        const size_t i = pick.below(s.numel);
-        if (std::find(idx.begin(), idx.end(), i) == idx.end()) idx.push_back(i);
-      }
-    std::vector<double> x(idx.size()), analytic(idx.size());
-    for (size_t k = 0; k < idx.size(); ++k) {
-      x[k] = m.params()[s.offset + idx[k]];
-      analytic[k] = m.grads()[s.offset + idx[k]];
-    }
-    auto loss = [&]() {
-      for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
-      return m.eval_loss(in.data(), tgt.data()) / valid;
-    };
-    auto numeric = test::numeric_grad(x, loss, 1e-5);
-    for (size_t k = 0; k < idx.size(); ++k) m.params()[s.offset + idx[k]] = x[k];
+    const test::FdSample fd = test::fd_sample(m, s, pick, [&] { return m.eval_loss(in.data(), tgt.data()) / valid; });
+    const auto& analytic = fd.analytic;
+    const auto& numeric = fd.numeric;
     if (structurally_zero(s.name)) continue;  // checked through the interface
     // Rounding noise of the mean loss (|L| ≈ 3) at h = 1e-5 is ~3e-11; floor 1e-4 keeps it below 1e-6.
     expect_grad_close_floor(analytic, numeric, 1e-6, 1e-4, extra + " " + s.name);
@@ -527,37 +512,6 @@ TEST(Residual, InitValuesAndNoDecay) {
 // ---------------------------------------------------------------------------------------------
 // Checkpoints of every kind: exact resume (tests/test_train.cpp's pattern).
 TEST(Residual, ExactResumeIsBitIdentical) {
-  const fs::path dir = fs::temp_directory_path() / ("attnlab_test_residual_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  Rng r(1);
-  for (const char* name : {"train.bin", "val.bin"}) {
-    std::vector<uint16_t> toks(name[0] == 't' ? 8000 : 2000);
-    for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)(r.uniform() < 0.9 ? (i * 7) % 50 : r.below(50));
-    write_shard((dir / name).string(), toks.data(), toks.size());
-  }
-  for (const char* extra : {"residual.kind = attnres\nresidual.block_size = 2\n", "residual.kind = hyper\nresidual.streams = 2\n",
-                            "residual.kind = mhc\nresidual.streams = 2\n"}) {
-    auto cfg_for = [&](const std::string& run) {
-      return resolve_config(parse_config_text(
-          std::string("model.n_layer = 2\nmodel.d_model = 32\nmodel.n_head = 4\nmodel.seq_len = 16\nmodel.vocab_size = 50\n"
-                      "train.batch_size = 4\ntrain.steps = 6\ntrain.warmup = 2\ntrain.lr = 3e-3\ntrain.eval_every = 0\n"
-                      "train.eval_batches = 2\ndata.dir = \"") + dir.string() + "\"\ntrain.out_dir = \"" + (dir / run).string() + "\"\n" + extra,
-          "test"));
-    };
-    TrainOptions quiet;
-    quiet.quiet = true;
-    const TrainSummary full = train(cfg_for("full"), quiet);
-    TrainOptions first = quiet;
-    first.stop_after = 3;
-    const TrainSummary a = train(cfg_for("split"), first);
-    TrainOptions second = quiet;
-    second.resume = a.checkpoint;
-    const TrainSummary b = train(cfg_for("split"), second);
-    ASSERT_EQ(a.losses.size() + b.losses.size(), full.losses.size()) << extra;
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(b.losses[i], full.losses[3 + i]) << extra << " step " << 3 + i;
-    EXPECT_EQ(b.val_loss, full.val_loss) << extra;
-    EXPECT_LT(full.losses.back(), full.losses.front()) << extra;
-  }
-  fs::remove_all(dir);
+  test::expect_exact_resume("residual", {"residual.kind = attnres\nresidual.block_size = 2\n", "residual.kind = hyper\nresidual.streams = 2\n",
+                            "residual.kind = mhc\nresidual.streams = 2\n"});
 }
