@@ -1,4 +1,4 @@
-"""PyTorch reference of attnlab's GPT (MECHANISMS.md §1), with XSA (§2) and GOAT (§3).
+"""PyTorch reference of attnlab's GPT (docs/mechanisms.md §1), with XSA (§2) and GOAT (§3).
 
 Three jobs:
   * the oracle of the golden test (tests/python/test_reference.py): load an attnlab checkpoint in
@@ -12,7 +12,7 @@ and GOAT biases go in as a float mask).
 
 Parameters are kept in attnlab's layout and under attnlab's names, so `model.state_dict()` keys
 are exactly the checkpoint's tensor names: matrices are [in, out] and applied as x @ W
-(MECHANISMS.md §0, "vectors are rows"). `export_torch_state_dict` transposes them into
+(docs/mechanisms.md §0, "vectors are rows"). `export_torch_state_dict` transposes them into
 nn.Linear's [out, in].
 
 Command line (see reference/README.md):
@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import residual_ref  # the residual kinds (MECHANISMS.md §4-§5), beside this file
+import residual_ref  # the residual kinds (docs/mechanisms.md §4-§5), beside this file
 
 __all__ = [
     "AttnlabGPT",
@@ -47,7 +47,7 @@ __all__ = [
     "read_tokens",
 ]
 
-LAYERNORM_EPS = 1e-5  # MECHANISMS.md §1.1, Norms table
+LAYERNORM_EPS = 1e-5  # docs/mechanisms.md §1.1, Norms table
 RMSNORM_EPS = 1e-6
 
 
@@ -60,7 +60,7 @@ class ReferenceError(ValueError):
 
 
 def swiglu_hidden(d_model: int) -> int:
-    """d_ff = 64·ceil(8d/192) (MECHANISMS.md §1.1, MLP): 2048 for d = 768."""
+    """d_ff = 64·ceil(8d/192) (docs/mechanisms.md §1.1, MLP): 2048 for d = 768."""
     return 64 * math.ceil(8 * d_model / 192)
 
 
@@ -86,7 +86,7 @@ _DEFAULTS = {
     "attn.xsa": "off",
     "residual.kind": "standard",
 }
-# Defaults of the keys that exist only when their mechanism is on (MECHANISMS.md §2.5, §3.9); set
+# Defaults of the keys that exist only when their mechanism is on (docs/mechanisms.md §2.5, §3.9); set
 # while it is off, they are an error, as in the engine (§7.2, Validation).
 _XSA_DEFAULTS = {"attn.xsa.layers": "all"}
 _GOAT_DEFAULTS = {
@@ -108,7 +108,7 @@ _REQUIRED = ("model.n_layer", "model.d_model", "model.n_head", "model.seq_len", 
 
 def resolve_config(config: Dict) -> Dict:
     """Flat dotted-key config (as in a checkpoint's metadata["config"]) with defaults filled in
-    (MECHANISMS.md §1.6) and checked. "train.*" and other keys are kept but not used."""
+    (docs/mechanisms.md §1.6) and checked. "train.*" and other keys are kept but not used."""
     cfg = dict(config)
     missing = [k for k in _REQUIRED if k not in cfg]
     if missing:
@@ -162,7 +162,7 @@ def parse_layers(key: str, value, n_layer: int) -> List[int]:
 
 
 def _resolve_attention(cfg: Dict) -> None:
-    """Defaults and checks of the attn.xsa.* and attn.goat.* keys (MECHANISMS.md §2.5, §3.9,
+    """Defaults and checks of the attn.xsa.* and attn.goat.* keys (docs/mechanisms.md §2.5, §3.9,
     §7.2), in place."""
     L = cfg["model.n_layer"]
     d, h = cfg["model.d_model"], cfg["model.n_head"]
@@ -175,7 +175,7 @@ def _resolve_attention(cfg: Dict) -> None:
     known = set(_XSA_DEFAULTS) | set(_GOAT_DEFAULTS)
     for key in cfg:
         if key.startswith(("attn.xsa.", "attn.goat.")) and key not in known:
-            raise ReferenceError(f"unknown configuration key {key!r} (MECHANISMS.md §7.2 lists "
+            raise ReferenceError(f"unknown configuration key {key!r} (docs/mechanisms.md §7.2 lists "
                                  f"{', '.join(sorted(known))})")
     if cfg["attn.xsa"] != "off":
         for key, value in _XSA_DEFAULTS.items():
@@ -209,7 +209,7 @@ def _resolve_attention(cfg: Dict) -> None:
         if head_dim - lanes < 1:
             raise ReferenceError(
                 f"attn.goat: head dim {head_dim} (model.d_model / model.n_head) leaves no content "
-                f"dims after 2·pos_rank + key_bias = {lanes} prior lanes (MECHANISMS.md §3.1); "
+                f"dims after 2·pos_rank + key_bias = {lanes} prior lanes (docs/mechanisms.md §3.1); "
                 "lower attn.goat.pos_rank or widen the heads")
         goat_layers = parse_layers("attn.goat.layers", cfg["attn.goat.layers"], L)
         uses_rope = cfg["attn.goat.other_pos"] == "rope" and len(goat_layers) < L
@@ -248,7 +248,7 @@ class Dense(nn.Module):
 
 
 class Norm(nn.Module):
-    """LayerNorm (eps 1e-5, biased variance) or RMSNorm (eps 1e-6, no bias): MECHANISMS.md §1.1."""
+    """LayerNorm (eps 1e-5, biased variance) or RMSNorm (eps 1e-6, no bias): docs/mechanisms.md §1.1."""
 
     def __init__(self, d: int, kind: str, bias: bool):
         super().__init__()
@@ -266,7 +266,7 @@ class Norm(nn.Module):
 def rope_tables(T: int, head_dim: int, base: float, offset: int = 0,
                 dtype=torch.float32, device=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of t·θ_m, θ_m = base^(−2m/D_h), m < D_h/2; [T, D_h/2]. Computed in float64 and
-    then rounded (MECHANISMS.md §0, Precision)."""
+    then rounded (docs/mechanisms.md §0, Precision)."""
     m = torch.arange(head_dim // 2, dtype=torch.float64)
     theta = float(base) ** (-2.0 * m / head_dim)
     t = torch.arange(offset, offset + T, dtype=torch.float64)
@@ -275,14 +275,14 @@ def rope_tables(T: int, head_dim: int, base: float, offset: int = 0,
 
 
 def apply_rope(x, cos, sin):
-    """Rotate-half RoPE pairing dims (m, m + D_h/2) (MECHANISMS.md §1.2). x: [B, heads, T, D_h]."""
+    """Rotate-half RoPE pairing dims (m, m + D_h/2) (docs/mechanisms.md §1.2). x: [B, heads, T, D_h]."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
 def alibi_slopes(n_head: int) -> List[float]:
-    """ALiBi slopes for H query heads (MECHANISMS.md §1.2): 2^(−8(h+1)/H) for a power of two,
+    """ALiBi slopes for H query heads (docs/mechanisms.md §1.2): 2^(−8(h+1)/H) for a power of two,
     else the P2 slopes followed by every other slope of 2·P2, keeping the first H − P2."""
     def power_of_two(n):
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -297,16 +297,16 @@ def _has_sdpa() -> bool:
 
 
 def softplus_inverse(y: float) -> float:
-    """softplus⁻¹(y) = log(expm1(y)) (MECHANISMS.md §0)."""
+    """softplus⁻¹(y) = log(expm1(y)) (docs/mechanisms.md §0)."""
     return math.log(math.expm1(y))
 
 
-XSA_EPS = 1e-12  # floor of ‖v‖ (MECHANISMS.md §2.3)
+XSA_EPS = 1e-12  # floor of ‖v‖ (docs/mechanisms.md §2.3)
 GOAT_HIDDEN = 4  # width of GOAT's sink MLP: min(2(2M+2), 4) = 4 for every M (§3.3)
 
 
 def exclusive_self_attention(y, v, gamma=None):
-    """XSA (MECHANISMS.md §2.1): remove from each head's output its component along the token's own
+    """XSA (docs/mechanisms.md §2.1): remove from each head's output its component along the token's own
     value, z = y − γ (y·v̂) v̂ with v̂ = v / max(‖v‖, 1e-12); γ = 1 (mode on) or tanh(a) (gated:
     gamma = tanh(a), [H]). y: [B, H, T, D_h]; v: [B, H, T, D_h], the value of KV head κ(h) at the
     same position (unrotated: RoPE never touches v)."""
@@ -318,7 +318,7 @@ def exclusive_self_attention(y, v, gamma=None):
 
 
 class GoatPrior(nn.Module):
-    """GOAT's learned log-prior (MECHANISMS.md §3) of one layer, per KV head κ, in the explicit
+    """GOAT's learned log-prior (docs/mechanisms.md §3) of one layer, per KV head κ, in the explicit
     relative form of §3.4, with Δ_ij = t_i − t_j:
 
         Π^κ_ij = Σ_r (A_κr cos(ω_r Δ_ij) + B_κr sin(ω_r Δ_ij)) + U_κ(j) − softplus(ρ_κ)·Δ_ij
@@ -424,7 +424,7 @@ class GoatPrior(nn.Module):
         return (q_tot @ k_tot.transpose(-2, -1)) / math.sqrt(head_dim)
 
     def init_(self, gen: torch.Generator) -> None:
-        """attn.goat.init (MECHANISMS.md §3.6). seeded: A ~ N(0, 0.01²), B = 0, W1, w2 ~
+        """attn.goat.init (docs/mechanisms.md §3.6). seeded: A ~ N(0, 0.01²), B = 0, W1, w2 ~
         N(0, init_std²), b1 = b2 = 0, gain 1, bump 0, ρ = softplus⁻¹(ALiBi slopes of H_kv heads).
         uniform: A = B = 0, W1 ~ N(0, init_std²), w2 = b1 = b2 = 0, gain 1, bump 0, ρ = −30."""
         def normal(p, std):
@@ -448,7 +448,7 @@ class GoatPrior(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal multi-head attention of layer `layer` (MECHANISMS.md §1.1-1.3) with GQA, RoPE or
+    """Causal multi-head attention of layer `layer` (docs/mechanisms.md §1.1-1.3) with GQA, RoPE or
     ALiBi, a learned sink, XSA (§2) and GOAT (§3). qkv columns: q heads, then k heads, then v heads,
     each head contiguous; on GOAT layers the q and k heads have D_c = D_h − (2R + key_bias) columns
     (content only, §3.1) and the v heads keep D_h."""
@@ -549,7 +549,7 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     """gelu: GELU_tanh(u W1 + b1) W2 + b2; swiglu: (SiLU(u W_g) ∘ (u W_u)) W_d
-    (MECHANISMS.md §1.1)."""
+    (docs/mechanisms.md §1.1)."""
 
     def __init__(self, cfg: Dict):
         super().__init__()
@@ -589,7 +589,7 @@ class Block(nn.Module):
 
 
 class AttnlabGPT(nn.Module):
-    """attnlab's GPT (MECHANISMS.md §1-3). Built from a flat dotted-key config dict; its
+    """attnlab's GPT (docs/mechanisms.md §1-3). Built from a flat dotted-key config dict; its
     state_dict names and shapes are exactly those of an attnlab checkpoint."""
 
     def __init__(self, config: Dict):
@@ -613,7 +613,7 @@ class AttnlabGPT(nn.Module):
         return self
 
     def init_weights(self, seed: int = 0) -> "AttnlabGPT":
-        """The init of MECHANISMS.md §1.4 (a different RNG than attnlab's, so not bit-equal):
+        """The init of docs/mechanisms.md §1.4 (a different RNG than attnlab's, so not bit-equal):
         N(0, 0.02²) for E, P and input matrices; N(0, (0.02/sqrt(2L))²) for residual outputs;
         zero biases and sinks; unit gains; zero XSA gates (§2.1) and GOAT's attn.goat.init (§3.6)."""
         gen = torch.Generator().manual_seed(seed)

@@ -1,9 +1,9 @@
-"""PyTorch reference of attnlab's residual kinds (MECHANISMS.md §1.1, §4, §5, §6), imported by
+"""PyTorch reference of attnlab's residual kinds (docs/mechanisms.md §1.1, §4, §5, §6), imported by
 attnlab_ref.py. Each kind is an nn.Module called as
 
     x_f = residual(e, sublayers)      # e: [B, T, d]; sublayers: the 2L functions F_l(h) = f_l(Norm_l(h))
 
-returning the input of Norm_f. The math is written as the spec states it (lists of candidates, the
+returning the input of Norm_f. The math is written as docs/mechanisms.md states it (lists of candidates, the
 stream matrices as tensors) and autograd provides the backward, so this is an independent oracle
 for the engine's hand-written backward. Parameter names are the engine's: a kind's state_dict keys,
 under the model's `residual` attribute, are `residual.{l}.<name>` (l = 1..2L) and

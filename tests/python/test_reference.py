@@ -4,7 +4,7 @@
     /usr/bin/python3 tests/python/test_reference.py <attnlab-binary> <source-dir>
 
 For each tiny config: write a config file, `attnlab init` a checkpoint, check the init against
-MECHANISMS.md §1.4, perturb every parameter (so biases, gains and sinks are non-trivial), run
+docs/mechanisms.md §1.4, perturb every parameter (so biases, gains and sinks are non-trivial), run
 `attnlab grads` on random tokens (and `attnlab forward` on their inputs), and compare loss,
 logits and every parameter gradient with the reference run in float64. Prints max differences per
 tensor (like llm.c's test_gpt2) and ends with `reference: N passed, M failed`. Exit status 0 iff
@@ -25,7 +25,7 @@ without RoPE or sink are structurally zero).
     rounding; torch's fp32 autograd lands at 4e-7..1.1e-6 (~100x headroom). This is the "relative
     ~1e-4" of an fp32 engine; a gradient off by 0.1% (e.g. a dropped term in dE) is 1e-3 and fails,
     and so does each bug listed above (2.8e-4 and more on grad.wte).
-The reference itself is checked first (self-checks below) so that a shared misreading of the spec
+The reference itself is checked first (self-checks below) so that a shared misreading of docs/mechanisms.md
 cannot make the two agree.
 """
 
@@ -95,7 +95,7 @@ CASES = [
     ("rmsnorm-gelu-alibi-gqa2-sink",
      {"model.norm": "rmsnorm", "model.mlp": "gelu", "model.bias": True, "attn.pos": "alibi",
       "model.kv_heads": 2, "attn.sink": "learned"}, 16, 2),
-    # XSA (MECHANISMS.md §2) and GOAT (§3): D_h = 16 leaves D_c = 7 content dims with the default
+    # XSA (docs/mechanisms.md §2) and GOAT (§3): D_h = 16 leaves D_c = 7 content dims with the default
     # R = M = 4 and the key lane, D_c = 11 with R = 2.
     ("rope-xsa-on",
      {"attn.pos": "rope", "attn.xsa": "on"}, 16, 3),
@@ -114,14 +114,14 @@ CASES = [
     ("swiglu-nobias-goat-nokeybias-layer1-other-rope",
      {"model.mlp": "swiglu", "model.bias": False, "attn.pos": "goat", "attn.goat.key_bias": False,
       "attn.goat.pos_rank": 3, "attn.goat.pos_base": 100.0, "attn.goat.layers": [1]}, 16, 2),
-    # residual kinds (MECHANISMS.md §4, §5; reference/residual_ref.py)
+    # residual kinds (docs/mechanisms.md §4, §5; reference/residual_ref.py)
     ("attnres-full", {"attn.pos": "rope", "residual.kind": "attnres"}, 16, 2),
     ("attnres-block2-rmsnorm-swiglu",
      {"model.norm": "rmsnorm", "model.mlp": "swiglu", "attn.pos": "rope", "residual.kind": "attnres",
       "residual.block_size": 2}, 16, 2),
     ("hyper-n2-learned", {"attn.pos": "learned", "residual.kind": "hyper", "residual.streams": 2}, 16, 2),
     ("mhc-n4", {"attn.pos": "rope", "residual.kind": "mhc", "residual.streams": 4}, 16, 2),
-    # DAR (MECHANISMS.md §6): the default block form, and Full DAR with self routing and value maps
+    # DAR (docs/mechanisms.md §6): the default block form, and Full DAR with self routing and value maps
     ("dar-block2-reciprocal", {"attn.pos": "rope", "residual.kind": "dar", "residual.block_size": 2,
                                "dar.routing": "reciprocal"}, 16, 2),
     ("dar-full-self_kv-sepv", {"attn.pos": "rope", "residual.kind": "dar", "residual.block_size": 1,
@@ -204,7 +204,7 @@ class Report:
 
 
 # --------------------------------------------------------------------------------------------------
-# reference self-checks (float64): properties the spec states, independent of the engine
+# reference self-checks (float64): properties docs/mechanisms.md states, independent of the engine
 
 
 def reference_self_checks(R, rep):
@@ -384,10 +384,10 @@ def reference_self_checks(R, rep):
 
 
 def xsa_goat_self_checks(R, rep):
-    """MECHANISMS.md §2.4 (XSA) and §3.8 (GOAT) invariants of the reference in float64, each
+    """docs/mechanisms.md §2.4 (XSA) and §3.8 (GOAT) invariants of the reference in float64, each
     against a second statement of the math (direct loops from the formulas, the official
     concatenation form, ALiBi, plain content attention), plus an autograd gradcheck of a tiny
-    GOAT + XSA attention. A misreading of the spec in attnlab_ref.py fails here, before any engine
+    GOAT + XSA attention. A misreading of docs/mechanisms.md in attnlab_ref.py fails here, before any engine
     comparison."""
     gen = torch.Generator().manual_seed(1)
     B, T, d = 2, 16, BASE["model.d_model"]
@@ -728,7 +728,7 @@ def xsa_goat_self_checks(R, rep):
 
 
 def check_init(R, tensors, cfg, rep):
-    """MECHANISMS.md §1.4 on the fresh checkpoint: N(0, 0.02²), residual outputs
+    """docs/mechanisms.md §1.4 on the fresh checkpoint: N(0, 0.02²), residual outputs
     N(0, (0.02/√(2L))²), zero biases and sinks, unit gains. Std within 10% (≥ 4096 samples: the
     std estimate's relative sd is ≤ 1.1%, so 10% is ~9 sigma) and mean within 5 sd of zero."""
     resid = 0.02 / math.sqrt(2 * cfg["model.n_layer"])
@@ -739,7 +739,7 @@ def check_init(R, tensors, cfg, rep):
             continue
         if name.startswith("residual."):
             d = float(np.max(np.abs(t.astype(np.float64) - want[name])))
-            rep.check(d < 1e-6, f"init {name} as the spec says (max diff {d:.1e})")
+            rep.check(d < 1e-6, f"init {name} as docs/mechanisms.md §1.4 says (max diff {d:.1e})")
             continue
         t = t.astype(np.float64)
         if name.endswith(".xsa_gate"):
@@ -760,7 +760,7 @@ def check_init(R, tensors, cfg, rep):
 
 
 def check_goat_init(R, name, t, cfg, rep):
-    """MECHANISMS.md §3.6. The tensors are tiny (≤ 40 entries), so a normal init is checked as
+    """docs/mechanisms.md §3.6. The tensors are tiny (≤ 40 entries), so a normal init is checked as
     non-zero and within 6 sd, and exact values exactly (ρ to fp32 rounding)."""
     seeded = cfg["attn.goat.init"] == "seeded"
     std = cfg["attn.goat.init_std"]
