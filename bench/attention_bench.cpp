@@ -1,4 +1,4 @@
-// Timing of the fused causal attention kernel (src/kernels/attention.h), MECHANISMS.md §1.1.
+// Timing of the fused causal attention kernel (src/kernels/attention.h), docs/mechanisms.md §1.1.
 // For each shape: forward and backward (with and without the learned sink) and an unfused baseline
 // (scores materialized per head with the project's oneDNN GEMM, the way a plain implementation
 // would do it): median and best wall time of `reps` runs after warm-up, with 2 OpenMP threads
@@ -6,7 +6,7 @@
 //
 // FLOP counts (causal, matching PyTorch's accounting of SDPA): forward 4·B·H·Dh·T²/2 (QKᵀ and PV);
 // backward 2.5× the forward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ). The fp32 FMA peak of this
-// 2-core machine is ≈ 400 GFLOP/s (MACHINE.md).
+// 2-core machine is ≈ 400 GFLOP/s (docs/performance.md, measured limits).
 //
 //   OMP_WAIT_POLICY=passive build/<dir>/attention_bench [--reps N] [--shape B,T,H,Hkv,Dh]... [--no-baseline]
 // Default shapes: the model's typical B=16 T=256 H=4 Dh=64, GQA, and T=1024 at Dh = 32, 64, 128.
@@ -50,7 +50,7 @@ double cpu_seconds() {
 }
 
 // Median and best wall seconds of `reps` runs after two warm-up runs, and the least CPU time (all
-// threads) of a run. The machine is shared (MACHINE.md pitfall 4): the best run estimates the
+// threads) of a run. The machine is shared (docs/performance.md pitfall 4): the best run estimates the
 // kernel's own speed, and FLOPs per CPU-second (per busy core) stay meaningful even when other
 // processes hold the cores, as long as OMP_WAIT_POLICY=passive keeps idle threads from spinning.
 struct Timing {

@@ -5,7 +5,7 @@
     python3 bench/attention_overhead.py --seq-lens 256 --options rope,xsa-gated,goat
 
 Model: `attnlab bench --preset bench` (L=4 d=256 H=4 B=16 V=8192, LayerNorm, GELU 4x, biases) at
-each T of --seq-lens (default 256 and 1024; model.seq_len = T). Options (MECHANISMS.md §1.2, §2, §3):
+each T of --seq-lens (default 256 and 1024; model.seq_len = T). Options (docs/mechanisms.md §1.2, §2, §3):
 
     rope        attn.pos = rope                      (the baseline of the ratios)
     alibi       attn.pos = alibi

@@ -7,17 +7,17 @@
 Default model: L=4 d=256 H=4 T=256 B=16 V=8192, LayerNorm, GELU 4x, biases, tied embeddings,
 learned positions (nanoGPT-style; `--pos rope` or `--config FILE` to change). Each round runs, for
 every peer setting, `attnlab bench` and then that setting (attnlab, torch 1, attnlab, torch 2, ...),
-each in a fresh process, so drifting machine load hits both sides alike (MACHINE.md pitfall 4).
+each in a fresh process, so drifting machine load hits both sides alike (docs/performance.md pitfall 4).
 The ratio of a setting is the median over rounds of attnlab/torch measured back to back.
 
 Peer settings (bench/pytorch_peer.py does the timing: median of --steps after --warmup):
   torch2:*    PyPI torch 2.x from `--python2` (default: the `python3` on PATH); installed with pip
               there if missing (`--no-install` to only report it). LD_PRELOAD of tcmalloc when
               installed (+20-40% tokens/s for the SDPA step here: glibc returns freed activations
-              to the OS and re-faults them every step, MACHINE.md pitfall 2); nothing else changed.
+              to the OS and re-faults them every step, docs/performance.md pitfall 2); nothing else changed.
   torch2-asis:*  the same without tcmalloc (not in the default list).
   torch113:*  Debian's python3-torch 1.13 from /usr/bin/python3, *tuned* for this command only
-              (MACHINE.md): LD_PRELOAD=libtcmalloc_minimal.so.4, the OpenMP build of OpenBLAS, and
+              (docs/performance.md): LD_PRELOAD=libtcmalloc_minimal.so.4, the OpenMP build of OpenBLAS, and
               OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset (but OPENBLAS_CORETYPE=SkylakeX where
               OpenBLAS 0.3.21 does not recognise an AVX-512 CPU and would fall back to its generic
               SSE3 kernels). This script only reads the system; the packages are a manual step:
@@ -25,7 +25,7 @@ Peer settings (bench/pytorch_peer.py does the timing: median of --steps after --
               If the OpenMP OpenBLAS is installed but not the selected alternative
               (update-alternatives --display libblas.so.3-x86_64-linux-gnu), its directory is put
               first on LD_LIBRARY_PATH for the torch command only.
-  torch113-asis:*  Debian's torch 1.13 with the environment as is (MACHINE.md's "as installed"
+  torch113-asis:*  Debian's torch 1.13 with the environment as is (docs/performance.md's "as installed"
               row; not in the default list).
 """
 
@@ -108,12 +108,12 @@ def with_tcmalloc(env, who, notes):
 
 
 def torch113_env(python, notes):
-    """The tuned environment of MACHINE.md for Debian's torch 1.13, for its command only."""
+    """The tuned environment of docs/performance.md for Debian's torch 1.13, for its command only."""
     env = dict(os.environ)
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if var in env:
             notes.append(f"torch113: {var}={env[var]} unset for the torch 1.13 command only "
-                         "(it forces OpenBLAS's half-speed AVX2 kernels; MACHINE.md pitfall 1)")
+                         "(it forces OpenBLAS's half-speed AVX2 kernels; docs/performance.md pitfall 1)")
             del env[var]
     with_tcmalloc(env, "torch113", notes)
     selected = os.path.realpath(os.path.join(LIBDIR, "libblas.so.3"))
@@ -127,7 +127,7 @@ def torch113_env(python, notes):
     else:
         notes.append(f"torch113: WARNING the OpenMP OpenBLAS is not installed (libblas.so.3 is "
                      f"{selected}); pthread OpenBLAS and torch's OpenMP fight over 2 cores "
-                     "(MACHINE.md pitfall 3). Install: apt-get install libopenblas0-openmp")
+                     "(docs/performance.md pitfall 3). Install: apt-get install libopenblas0-openmp")
     # Unsetting OPENBLAS_CORETYPE lets OpenBLAS pick kernels from the CPU model. 0.3.21 does not
     # know every AVX-512 CPU: on Intel family 6 model 207 it falls back to the generic SSE3
     # "Prescott" kernels (9-13 GFLOP/s for a 4096x256x1024 GEMM against 40-77 with SkylakeX,

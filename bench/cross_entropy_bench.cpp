@@ -1,11 +1,11 @@
-// Benchmark of the fused, chunked LM head + cross-entropy (src/kernels/cross_entropy.h, MECHANISMS.md §1.1)
+// Benchmark of the fused, chunked LM head + cross-entropy (src/kernels/cross_entropy.h, docs/mechanisms.md §1.1)
 // over chunk sizes, with a breakdown into its four phases and two GEMM-only references:
 //   fused       lm_head_ce_forward_backward (what training calls)
 //   gemm3       the same three chunked GEMMs with the softmax skipped (the ceiling at that chunk size)
 //   phases      logits GEMM | softmax+CE | dx GEMM | dwte GEMM, timed separately
 //   full gemm   one unchunked (N,V,C) logits GEMM: what the GEMM reaches on this shape
 // FLOPs of the fused op = 3 GEMMs = 6·N·C·V. Median (and mean ± sd) of --reps runs after a warm-up
-// (buffers are touched first: MACHINE.md pitfall 2). Output is a markdown table.
+// (buffers are touched first: docs/performance.md pitfall 2). Output is a markdown table.
 //
 // Usage: cross_entropy_bench [--reps 5] [--chunks 64,128,256,512,1024,2048,4096]
 //                            [--shapes 4096x256x8192,4096x768x8192] [--clock wall|cpu]
@@ -14,7 +14,7 @@
 // time-slicing (with 2 threads it would also count OpenMP's spin-waiting).
 //
 // Measured while choosing lm_head_default_chunk_rows (the 2-core machine was shared with other builds
-// at load 5–10 throughout, so absolute 2-thread numbers were 5x below MACHINE.md; ratios to the
+// at load 5–10 throughout, so absolute 2-thread numbers were 5x below docs/performance.md; ratios to the
 // unchunked GEMM measured in the same run are what carry over):
 //   OMP_NUM_THREADS=1 --clock cpu, best of 5, GFLOP/s of the fused op (6·N·C·V) for chunk 128/256/512/1024/2048,
 //   against one unchunked (N,V,C) logits GEMM in the same run:
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
       } else fail("cross_entropy_bench: unknown option ", a, "; options are --reps, --chunks, --shapes, --clock");
     }
     std::printf("# fused LM head + cross-entropy (gemm: %s)\n", gemm_backend_name());
-    // Two-thread timings swing with whatever else runs on the 2 cores (MACHINE.md pitfall 4): print
+    // Two-thread timings swing with whatever else runs on the 2 cores (docs/performance.md pitfall 4): print
     // the load so a reader can judge, and report the best run next to the median.
     if (FILE* f = std::fopen("/proc/loadavg", "r")) {
       char line[128] = {0};

@@ -2,7 +2,7 @@
 // shapes: B·T = 4096 rows, C = 256..1024, 2 OpenMP threads. Prints a markdown table: median time of
 // `reps` runs after warm-up, and the throughput that bounds each kernel — GB/s of compulsory memory
 // traffic for the elementwise/row kernels (compare with the `copy` row, a plain parallel copy) and
-// GFLOP/s for the GEMM-based linear layer (compare with MACHINE.md's ≈ 360–385 GFLOP/s best fp32 GEMM).
+// GFLOP/s for the GEMM-based linear layer (compare with docs/performance.md's ≈ 360–385 GFLOP/s best fp32 GEMM).
 // A few naive references are timed too, so the speed-up of the fast kernels is visible.
 //
 //   build/<dir>/kernels_bench [reps=15] [C list=256,512,768,1024] [cpu]

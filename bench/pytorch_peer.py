@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch peer of `attnlab bench`: the same model's full training step, timed the same way.
 
-Model (nanoGPT-style, as in MECHANISMS.md §1 with model.norm = layernorm, model.mlp = gelu):
+Model (nanoGPT-style, as in docs/mechanisms.md §1 with model.norm = layernorm, model.mlp = gelu):
 LayerNorm (eps 1e-5), GELU-tanh MLP 4x, biases, tied embeddings, learned or RoPE positions,
 no dropout. Step: forward, mean-CE loss, backward, gradient-norm clipping at --grad-clip (1.0,
 attnlab's and nanoGPT's default; 0 = off), AdamW step (decay on 2-D weights, as in nanoGPT),
@@ -20,7 +20,7 @@ default 2; PyTorch's default on this machine is 1).
   python3 bench/pytorch_peer.py --setting eager,sdpa --steps 12 --warmup 3
   python3 bench/pytorch_peer.py --config configs/small.toml --batch 8 --setting compile
 
-Model FLOPs per token = 6·N_matmul + 12·L·T·d (forward + backward; MACHINE.md), where N_matmul
+Model FLOPs per token = 6·N_matmul + 12·L·T·d (forward + backward; docs/performance.md), where N_matmul
 counts the weights of every matrix product including the tied head.
 """
 
@@ -59,7 +59,7 @@ class CausalSelfAttention(nn.Module):
         if not use_sdpa:
             self.register_buffer("mask", torch.ones(seq_len, seq_len, dtype=torch.bool).tril(),
                                  persistent=False)
-        if pos == "rope":  # rotate-half, tables in float64 then rounded (MECHANISMS.md §1.2, §0)
+        if pos == "rope":  # rotate-half, tables in float64 then rounded (docs/mechanisms.md §1.2, §0)
             m = torch.arange(self.head_dim // 2, dtype=torch.float64)
             angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * \
                 rope_base ** (-2.0 * m / self.head_dim)[None, :]
@@ -110,7 +110,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(seq_len, d) if pos == "learned" else None
         self.h = nn.ModuleList([Block(d, n_head, seq_len, pos, use_sdpa) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(d, eps=1e-5)
-        # init of MECHANISMS.md §1.4 (speed does not depend on it; kept for sane losses)
+        # init of docs/mechanisms.md §1.4 (speed does not depend on it; kept for sane losses)
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02
@@ -272,7 +272,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.config:
         cfg = read_config(args.config)
-        cfg.setdefault("attn.pos", "rope")  # attnlab's default (MECHANISMS.md §1.6)
+        cfg.setdefault("attn.pos", "rope")  # attnlab's default (docs/mechanisms.md §1.6)
         for key, attr in (("model.n_layer", "n_layer"), ("model.d_model", "d_model"),
                           ("model.n_head", "n_head"), ("model.seq_len", "seq_len"),
                           ("model.vocab_size", "vocab"), ("attn.pos", "pos"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step time of every residual kind relative to `standard` (MECHANISMS.md §4–§6), in one process per
+# Step time of every residual kind relative to `standard` (docs/mechanisms.md §4–§6), in one process per
 # shape with the kinds alternating round by round (`attnlab bench --variant`, ROUNDS rounds of STEPS
 # steps each), so that all of them see the same machine load. Shapes: the bench preset (L=4, d=256,
 # H=4, T=256, B=16, V=8192) and the same at n_layer = 12. Prints, per shape, each kind's median step
