@@ -150,11 +150,11 @@ void run_info(const ConfigArgs& args) {
               model.num_params() * 4 / 1e6, model.num_params() * 16 / 1e6);
   std::printf("activation memory: %.2f MB for B=%d T=%d (%.1f KB per token)\n", model.activation_bytes() / 1e6, B, T,
               model.activation_bytes() / 1024.0 / (B * T));
-  // The residual kind's share: states, histories or streams, and their gradients (MECHANISMS.md §4.4, §5.4).
+  // The residual kind's share: states, histories or streams, and their gradients (docs/mechanisms.md §4.4, §5.4).
   std::printf("  of which residual (%s): %.2f MB (%.1f KB per token)\n", model.residual().kind(),
               model.residual_activation_bytes() / 1e6, model.residual_activation_bytes() / 1024.0 / (B * T));
   if (cfg.residual.kind == "dar") {
-    // §6.5 accounting: ours (planned) against the spec's estimate, KB per token.
+    // §6.5 accounting: ours (planned) against the estimate of docs/mechanisms.md §6.5, KB per token.
     const DarOptions opt = dar_options(cfg);
     const int S = 2 * cfg.model.n_layer, C = cfg.model.d_model;
     const DarMemory ours = Dar<float>(opt, S, C).memory_per_token(true), est = dar_memory_estimate(opt, S, C);

@@ -12,7 +12,7 @@ namespace attnlab {
 
 Buffer::Buffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
-  // Round to 2 MiB so the kernel can back the buffer with huge pages (MACHINE.md: 4-6 GB/s first
+  // Round to 2 MiB so the kernel can back the buffer with huge pages (docs/performance.md pitfall 2: 4-6 GB/s first
   // touch instead of 0.35 GB/s).
   const size_t align = bytes >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
   size_t rounded = (bytes + align - 1) / align * align;

@@ -1,5 +1,5 @@
 // attnlab core: large aligned buffers, allocated once and touched once.
-// MACHINE.md pitfall 2: first touch of fresh memory is very slow on this VM and glibc returns big
+// docs/performance.md pitfall 2: first touch of fresh memory is very slow on this VM and glibc returns big
 // blocks to the OS on free, so every long-lived buffer (parameters, gradients, Adam moments,
 // activations, scratch) comes from here and is reused for the life of the run.
 #pragma once

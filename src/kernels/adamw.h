@@ -1,6 +1,6 @@
 // AdamW (Loshchilov & Hutter, "Decoupled Weight Decay Regularization"), bias-corrected, plus the two
 // helpers of global-norm gradient clipping. Which parameters get weight_decay > 0 is the §0 "Weight
-// decay [Ours]" policy of MECHANISMS.md; the caller passes 0 for the others (one call per group).
+// decay [Ours]" policy of docs/mechanisms.md; the caller passes 0 for the others (one call per group).
 //
 // Header-only templates on the scalar type `Real`. Every loop is elementwise over one contiguous
 // buffer (llm.c style: parameters, gradients, m and v are each one buffer), OpenMP + SIMD.

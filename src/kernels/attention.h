@@ -1,4 +1,4 @@
-// attnlab kernels: fused causal self-attention (flash-style), MECHANISMS.md §1.1 (forward and
+// attnlab kernels: fused causal self-attention (flash-style), docs/mechanisms.md §1.1 (forward and
 // Backward), §1.3 (learned sink), §1.2 (ALiBi bias). The invariants of §1.5 are tested in
 // tests/kernels/test_attention.cpp; bench/attention_bench.cpp measures GFLOP/s.
 //

@@ -1,13 +1,13 @@
-// attnlab kernels: the tied LM head fused with softmax cross-entropy (MECHANISMS.md §1.1).
+// attnlab kernels: the tied LM head fused with softmax cross-entropy (docs/mechanisms.md §1.1).
 //   logits = Norm_f(x)·Eᵀ with E = wte [V,C] tied to the token embedding; loss = CE over the
 //   next-token targets (the caller turns the returned SUM into a mean).
 // Why fused and chunked: a batch's full (N,V) logits (4096×8192 floats = 128 MB) would be the largest
-// activation of the model, cost a slow first touch (MACHINE.md pitfall 2) and three trips through
+// activation of the model, cost a slow first touch (docs/performance.md pitfall 2) and three trips through
 // DRAM. Instead rows are processed chunk_rows at a time through one caller-owned (chunk_rows,V)
 // scratch: logits → softmax/loss → dlogits overwrite the logits in place → the two backward GEMMs.
 // The scratch is reused every chunk, so it stays warm and the step does not allocate.
 //
-// Backward of softmax cross-entropy (standard; MECHANISMS.md §1.1 "loss = mean CE"):
+// Backward of softmax cross-entropy (standard; docs/mechanisms.md §1.1 "loss = mean CE"):
 //   p = softmax(logits), loss_i = logsumexp(logits_i) − logits_i[t_i],  dlogits_i = s·(p_i − onehot(t_i))
 //   dx = dlogits·E (WRITTEN),  dE += dlogitsᵀ·x (ACCUMULATED: E also receives the embedding gradient).
 #pragma once

@@ -1,4 +1,4 @@
-// The depth-attention primitive of MECHANISMS.md §4.1 (AttnRes, §4; DAR, §6), per token (row):
+// The depth-attention primitive of docs/mechanisms.md §4.1 (AttnRes, §4; DAR, §6), per token (row):
 //   ρ_r = sqrt(mean(K_r²) + 1e-6);  k_r = K_r/ρ_r;  s_r = w·k_r;  a = softmax_r(s);  out = Σ_r a_r V_r
 // over R candidates. Keys and values are separate candidate lists because DAR takes them from
 // different streams; AttnRes passes the same list twice. Backward [Derived, §4.1]:

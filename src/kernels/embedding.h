@@ -1,5 +1,5 @@
 // Token and learned-position embedding, forward and backward: x_0 = E[tok] (+ P[pos]) of
-// MECHANISMS.md §1.1 (P only when attn.pos = learned, §1.2).
+// docs/mechanisms.md §1.1 (P only when attn.pos = learned, §1.2).
 //
 // Header-only templates on the scalar type `Real` (float for training, double for the
 // finite-difference tests). The size letters B, T, C follow the project convention, which is why the

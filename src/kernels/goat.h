@@ -1,4 +1,4 @@
-// attnlab kernels: GOAT trainable attention priors (MECHANISMS.md §3), realized with the
+// attnlab kernels: GOAT trainable attention priors (docs/mechanisms.md §3), realized with the
 // concatenation trick of §3.4 so that the unchanged fused attention kernel (attention.h) computes
 // content logits plus the learned log-prior with no T×T bias matrix:
 //

@@ -1,4 +1,4 @@
-// Linear layer y = x·W + b, forward and backward. Matrices are stored [in, out] (MECHANISMS.md §0
+// Linear layer y = x·W + b, forward and backward. Matrices are stored [in, out] (docs/mechanisms.md §0
 // "Vectors are rows, and matrices are stored [in, out]"); biases exist when model.bias = true (§1.1).
 // Every matrix product goes through attnlab::gemm (oneDNN for float, the naive triple loop for double).
 //

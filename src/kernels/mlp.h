@@ -1,4 +1,4 @@
-// The elementwise parts of the MLP of MECHANISMS.md §1.1 (the matrix products are linear.h):
+// The elementwise parts of the MLP of docs/mechanisms.md §1.1 (the matrix products are linear.h):
 //   gelu:   GELU_tanh(h) = 0.5h(1+th), th = tanh(c(h+0.044715h³)), c = sqrt(2/π).
 //   swiglu: out = SiLU(p)∘q with p = u·W_g, q = u·W_u; d_ff = 64·ceil(8d/192).
 //

@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm, forward and backward: the Norms table of MECHANISMS.md §1.1.
+// LayerNorm and RMSNorm, forward and backward: the Norms table of docs/mechanisms.md §1.1.
 //   LayerNorm (ε = 1e-5, biased variance): x̂ = (x−μ)·r, r = 1/sqrt(var+ε), y = γ∘x̂ + β.
 //   RMSNorm   (ε = 1e-6):                  x̂ = x·r,     r = 1/sqrt(mean(x²)+ε), y = γ∘x̂.
 // Backward with g = dy∘γ: LayerNorm dx = r(g − mean(g) − x̂·mean(g∘x̂)); RMSNorm dx = r(g − x̂·mean(g∘x̂));

@@ -1,4 +1,4 @@
-// Rotary position embedding, MECHANISMS.md §1.2 (attn.pos = rope): the GPT-NeoX / Hugging Face LLaMA
+// Rotary position embedding, docs/mechanisms.md §1.2 (attn.pos = rope): the GPT-NeoX / Hugging Face LLaMA
 // rotate-half convention, pairing head dims (m, m + D_h/2), θ_m = base^{−2m/D_h}:
 //   forward   x′_m = x_m cos(tθ_m) − x_{m+D_h/2} sin(tθ_m);  x′_{m+D_h/2} = x_{m+D_h/2} cos(tθ_m) + x_m sin(tθ_m)
 //   backward  the rotation by −tθ:  dx_m = dx′_m cos + dx′_{m+D_h/2} sin;  dx_{m+D_h/2} = −dx′_m sin + dx′_{m+D_h/2} cos

@@ -1,5 +1,5 @@
 // Sinkhorn–Knopp projection of mHC's residual mixing logits onto (nearly) doubly stochastic
-// matrices, and its unrolled backward (MECHANISMS.md §5.3). One n×n matrix per call (per token):
+// matrices, and its unrolled backward (docs/mechanisms.md §5.3). One n×n matrix per call (per token):
 //   M⁰ = exp(H̃ − max H̃);  `iters` times { M_su /= Σ_s' M_s'u  (columns);  M_su /= Σ_u' M_su'  (rows) }
 // Rows end exactly normalised (to rounding); columns only approximately (§5.3 Sinkhorn numerics).
 // Denominators are guarded with max(·, 1e-30).

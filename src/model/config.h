@@ -1,4 +1,4 @@
-// attnlab model and training configuration: MECHANISMS.md §7.2 key names, strict validation.
+// attnlab model and training configuration: docs/mechanisms.md §7.2 key names, strict validation.
 // A config file is a TOML subset: `key = value` lines with dotted keys, `[table]` headers that
 // prefix the keys below them, `#` comments; values are integers, floats, true/false, "strings"
 // (bare words are accepted as strings too) and [lists] of integers. `--set key=value` overrides
@@ -26,7 +26,7 @@ struct ModelConfig {
   int qkv_dim() const { return (n_head + 2 * kv_heads) * head_dim(); }
 };
 
-// GOAT trainable attention priors (MECHANISMS.md §3.9).
+// GOAT trainable attention priors (docs/mechanisms.md §3.9).
 struct GoatConfig {
   int pos_rank = 4;               // R: relative Fourier frequencies
   int abs_rank = 4;               // M: absolute features of the key-only sink MLP
@@ -55,7 +55,7 @@ struct AttentionConfig {
   std::string pos_at(int layer) const;
 };
 
-// The residual connection around every sublayer (MECHANISMS.md §4, §5, §6; keys §7.2).
+// The residual connection around every sublayer (docs/mechanisms.md §4, §5, §6; keys §7.2).
 struct ResidualConfig {
   std::string kind = "standard";  // standard | attnres | hyper | mhc | dar
   int block_size = 0;             // sublayers per depth block; resolved: 1 for attnres, 2 for dar
@@ -70,7 +70,7 @@ struct ResidualConfig {
   bool blocks_kind() const { return kind == "attnres" || kind == "dar"; }
 };
 
-// DAR, Dual Attention Residuals (MECHANISMS.md §6.6; keys §7.2): active when residual.kind = dar.
+// DAR, Dual Attention Residuals (docs/mechanisms.md §6.6; keys §7.2): active when residual.kind = dar.
 struct DarConfig {
   std::string routing = "reciprocal";  // reciprocal | self_kv | cross_v | fixed_kv (§6.2 routing table)
   bool sep_v = false;                  // per-target value maps W^j_V

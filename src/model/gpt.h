@@ -1,4 +1,4 @@
-// The pre-norm decoder-only GPT of MECHANISMS.md §1, with hand-written forward and backward.
+// The pre-norm decoder-only GPT of docs/mechanisms.md §1, with hand-written forward and backward.
 // Templated on the scalar type: float for training, double for whole-model finite-difference tests.
 // Memory: parameters, gradients and Adam moments are one buffer each (ParamRegistry); activations
 // for a (B, T) micro-batch are planned once in an Arena (plan()); nothing is allocated per step.
@@ -143,7 +143,7 @@ class GPT {
   T* inf_logits_scratch_ = nullptr;
 };
 
-// ALiBi slopes m_h for H query heads (MECHANISMS.md §1.2): 2^(−8(h+1)/H) for a power of two,
+// ALiBi slopes m_h for H query heads (docs/mechanisms.md §1.2): 2^(−8(h+1)/H) for a power of two,
 // otherwise the P2 = 2^floor(log2 H) slopes, then every other slope of 2·P2, keeping the first H−P2.
 std::vector<double> alibi_slopes(int H);
 

@@ -1,6 +1,6 @@
-// Parameter registry (STYLE.md, llm.c): one table of {name, shape, init, weight decay} lays out one
+// Parameter registry (as in llm.c): one table of {name, shape, init, weight decay} lays out one
 // contiguous buffer each for parameters, gradients and the two Adam moments, gives the safetensors
-// names, and drives initialization and the optimizer's decay policy (MECHANISMS.md §0, §1.4).
+// names, and drives initialization and the optimizer's decay policy (docs/mechanisms.md §0, §1.4).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -46,8 +46,9 @@ struct StopSignals {
   }
 };
 
-// The measured fp32 GEMM peak of this machine (MACHINE.md: oneDNN ≈ 385 GFLOP/s with 2 threads),
-// the denominator of the MFU figure. ATTNLAB_PEAK_GFLOPS overrides it for other machines.
+// The measured fp32 GEMM peak of the Zen 5 machine (docs/performance.md, measured limits: oneDNN
+// ≈ 385 GFLOP/s with 2 threads), the denominator of the MFU figure. ATTNLAB_PEAK_GFLOPS overrides it
+// for other machines.
 double peak_gflops() {
   if (const char* e = std::getenv("ATTNLAB_PEAK_GFLOPS")) {
     const double v = std::atof(e);

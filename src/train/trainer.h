@@ -34,7 +34,7 @@ struct TrainSummary {
 struct EvalResult { double loss_sum = 0; size_t count = 0; double mean() const { return count ? loss_sum / count : 0; } };
 EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches);
 
-// Model FLOPs per token of a training step (MACHINE.md): 6·N_matmul + 12·L·T·d.
+// Model FLOPs per token of a training step (docs/performance.md): 6·N_matmul + 12·L·T·d.
 double training_flops_per_token(const GPT<float>& model, int T);
 
 // Global-norm clipping and one AdamW update of every parameter (decay per the registry, §0).

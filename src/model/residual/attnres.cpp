@@ -1,4 +1,4 @@
-// AttnRes: Attention Residuals, Full (K = 1) and Block (MECHANISMS.md §4). Sublayer l reads a
+// AttnRes: Attention Residuals, Full (K = 1) and Block (docs/mechanisms.md §4). Sublayer l reads a
 // per-token softmax over depth of the embedding, the completed block sums and the current block's
 // partial sum, weighted by one zero-initialised pseudo-query w_l; the read-out has its own w_F.
 //

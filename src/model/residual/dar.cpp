@@ -1,4 +1,4 @@
-// DAR, Dual Attention Residuals (MECHANISMS.md §6): the engine (Dar<T>, see dar.h) and the residual
+// DAR, Dual Attention Residuals (docs/mechanisms.md §6): the engine (Dar<T>, see dar.h) and the residual
 // kind `dar` that drives it through the residual interface.
 #include "model/residual/dar.h"
 

@@ -1,4 +1,4 @@
-// DAR, Dual Attention Residuals: MECHANISMS.md §6 (this project's reconstruction, version 1).
+// DAR, Dual Attention Residuals: docs/mechanisms.md §6 (this project's reconstruction, version 1).
 //
 // Two residual streams j ∈ {0, 1}, each with its history of completed entries (H^j_0 = e) and a partial
 // block state P^j. Before sublayer l, each target stream j attends over depth with keys from stream

@@ -1,4 +1,4 @@
-// HC: Hyper-connections (MECHANISMS.md §5.1, §5.2). The residual stream is n streams X (n×d per
+// HC: Hyper-connections (docs/mechanisms.md §5.1, §5.2). The residual stream is n streams X (n×d per
 // token), expanded from e and collapsed by a sum before Norm_f. Sublayer l, per token:
 //   X̄_s = RMSNorm_ng(X_s);  β_u = s_β tanh(X̄_u·w_β) + β0_u;  m_s = s_α tanh(X̄_s·w_m) + m0_s;
 //   A_su = s_α tanh(X̄_s·Wr[:,u]) + A0_su;  u = Σ_s m_s X_s;  o = F_l(u);  X′_u = β_u o + Σ_s A_su X_s

@@ -1,4 +1,4 @@
-// mHC: Manifold-constrained hyper-connections (MECHANISMS.md §5.1, §5.3). n streams per token,
+// mHC: Manifold-constrained hyper-connections (docs/mechanisms.md §5.1, §5.3). n streams per token,
 // expanded from e and collapsed by a sum, as HC; sublayer l, per token, with x⃗ = [X_0..X_{n−1}]:
 //   x̂ = RMSNorm_ng(x⃗) over nd values;  H̃ = α∘(x̂Φ) + b  for pre (n), post (n) and res (n×n)
 //   Hpre = σ(H̃pre);  Hpost = 2σ(H̃post);  Hres = Sinkhorn–Knopp(H̃res)  (kernels/sinkhorn.h)

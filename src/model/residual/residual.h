@@ -1,4 +1,4 @@
-// The residual interface (MECHANISMS.md §1.1, §4, §5, §6, §7.1): every residual kind wraps the
+// The residual interface (docs/mechanisms.md §1.1, §4, §5, §6, §7.1): every residual kind wraps the
 // same unchanged sublayers F_l(x) = f_l(Norm_l(x)), l = 1..2L (odd l: attention of layer (l−1)/2,
 // even l: its MLP). The transformer asks the residual where each sublayer reads its input from and
 // where it writes its output to, and never knows which kind runs.

@@ -1,4 +1,4 @@
-// The standard residual x_l = x_{l−1} + F_l(x_{l−1}) (MECHANISMS.md §1.1), and the factory of
+// The standard residual x_l = x_{l−1} + F_l(x_{l−1}) (docs/mechanisms.md §1.1), and the factory of
 // residual kinds. It hands out the buffers the plain pre-norm GPT always used: the 2L+1 states
 // x_0..x_{2L}, with F_l writing o_l into x_l's buffer and x_{l−1} then added in place; one gradient
 // buffer that is at once dx_l, do_l and (after the norm backward accumulates into it) dx_{l−1}.

@@ -1,4 +1,4 @@
-// Helpers shared by the multi-stream residual kinds HC and mHC (MECHANISMS.md §5): the state is
+// Helpers shared by the multi-stream residual kinds HC and mHC (docs/mechanisms.md §5): the state is
 // n streams of d per token, stored token-major as (N, n, d) so that each token's n×d block is
 // contiguous (mHC normalises it as one vector of nd values).
 #pragma once
