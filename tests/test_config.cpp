@@ -1,4 +1,4 @@
-// Configuration: strict keys (MECHANISMS.md §7.2 Validation), presets, JSON round trip.
+// Configuration: strict keys (docs/mechanisms.md §7.2 Validation), presets, JSON round trip.
 #include <gtest/gtest.h>
 
 #include <fstream>

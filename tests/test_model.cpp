@@ -1,4 +1,4 @@
-// The whole GPT (MECHANISMS.md §1): finite-difference gradients of every parameter in double,
+// The whole GPT (docs/mechanisms.md §1): finite-difference gradients of every parameter in double,
 // KV-cached logits equal uncached logits, causality, and the sink invariant (§1.5).
 #include <gtest/gtest.h>
 
@@ -122,7 +122,7 @@ TEST(Model, GoatSeededInitStartsAsAlibi) {
   const Config cfg = tiny("attn.pos = goat\nmodel.n_head = 2\nmodel.kv_heads = 1\nattn.goat.pos_rank = 2\n");
   GPT<double> m(cfg);
   m.init_weights(1);
-  EXPECT_NEAR(kernels::goat_softplus_inverse(0.5), -0.4328, 1e-4);  // the spec's example
+  EXPECT_NEAR(kernels::goat_softplus_inverse(0.5), -0.4328, 1e-4);  // the example of docs/mechanisms.md §3.6
   const auto slopes = alibi_slopes(1);  // one KV head: slope 2^-8
   for (int l = 0; l < 2; ++l)
     EXPECT_NEAR(std::log1p(std::exp(m.param("blocks." + std::to_string(l) + ".attn.goat.rho")[0])), slopes[0], 1e-15);

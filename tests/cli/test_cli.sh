@@ -120,7 +120,7 @@ expect_error "missing checkpoint" "missing.safetensors" "$BIN" sample --checkpoi
 expect_error "resume from weights only" "optimizer state" "$BIN" train --resume "$WORK/init.safetensors"
 expect_error "not a checkpoint" "g.safetensors" "$BIN" eval --checkpoint "$WORK/g.safetensors" --data "$WORK/data/val.bin"
 
-# residual.kind = dar (MECHANISMS.md §6): train → eval → forward → sample → grads → resume → info
+# residual.kind = dar (docs/mechanisms.md §6): train → eval → forward → sample → grads → resume → info
 dar=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/data\"" --set "train.out_dir=\"$WORK/dar\""
      --set residual.kind=dar --set dar.routing=cross_v --set dar.sep_v=true)
 if "$BIN" train "${dar[@]}" --set train.steps=6 --set train.ckpt_every=3 --set train.eval_every=3 >"$WORK/dar.log" 2>&1 \

@@ -1,4 +1,4 @@
-// Tests of the fused causal attention kernel (src/kernels/attention.h) against MECHANISMS.md §1.1
+// Tests of the fused causal attention kernel (src/kernels/attention.h) against docs/mechanisms.md §1.1
 // (forward and Backward), §1.2 (ALiBi), §1.3 (learned sink) and the invariants of §1.5:
 // - the fast kernel equals the naive reference (float: the AVX-512 path; double: the one-lane path
 //   with 8-wide tiles), over head sizes 16..128 and odd ones, GQA groupings (G = 1, 2, 4, 8),
@@ -269,7 +269,7 @@ TEST(Attention, FastMatchesNaiveDouble) {
 // ----- finite differences ---------------------------------------------------------------------
 
 // loss = Σ w∘out for a fixed random w, so dout = w. Central differences with h = 1e-6 in double
-// have error ~1e-9 relative to the gradient scale; 1e-6 is the spec's bar (MECHANISMS.md §0).
+// have error ~1e-9 relative to the gradient scale; 1e-6 is the bar of docs/mechanisms.md §0.
 void expect_gradients_match_finite_differences(Impl impl, Problem c) {
   SCOPED_TRACE(testing::Message() << (impl == Impl::Fast ? "fast" : "naive") << " T=" << c.T << " H=" << c.H
                                   << " Hkv=" << c.Hkv << " Dh=" << c.Dh << " sink=" << c.sink << " alibi=" << c.alibi);

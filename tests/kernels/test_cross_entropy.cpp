@@ -1,4 +1,4 @@
-// The fused, chunked LM head + cross-entropy (src/kernels/cross_entropy.h, MECHANISMS.md §1.1)
+// The fused, chunked LM head + cross-entropy (src/kernels/cross_entropy.h, docs/mechanisms.md §1.1)
 // against the naive double reference, against central finite differences in double, and against
 // closed-form cases (uniform logits give log V).
 #include <cmath>

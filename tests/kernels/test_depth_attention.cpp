@@ -1,4 +1,4 @@
-// The depth-attention primitive (src/kernels/depth_attention.h, MECHANISMS.md §4.1): the float kernel
+// The depth-attention primitive (src/kernels/depth_attention.h, docs/mechanisms.md §4.1): the float kernel
 // against the double naive reference, every gradient (keys, values, query) against central finite
 // differences in double (separate key and value lists as DAR uses them, and one shared list as AttnRes
 // does), and the invariants of §4.5: zero query → exact mean, keys invariant to positive scaling.

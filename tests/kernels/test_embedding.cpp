@@ -1,4 +1,4 @@
-// Embedding forward/backward (src/kernels/embedding.h, MECHANISMS.md §1.1): against the serial
+// Embedding forward/backward (src/kernels/embedding.h, docs/mechanisms.md §1.1): against the serial
 // reference in float, against central finite differences in double, and by hand on repeated tokens.
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 // Tests of GOAT's packing into the fused attention kernel (src/kernels/goat.h) against
-// MECHANISMS.md §3 and its invariants (§3.8):
+// docs/mechanisms.md §3 and its invariants (§3.8):
 // - explicit prior: with q_c = 0 the packed logits equal Π computed independently in double from
 //   the §3.4 formula (a direct loop here, not the kernel's code path), plus the row constant
 //   softplus(ρ)·t_i of the key form (trick − explicit = row constant);

@@ -1,4 +1,4 @@
-// Linear layer (src/kernels/linear.h; matrices stored [in, out], MECHANISMS.md §0): the GEMM-based
+// Linear layer (src/kernels/linear.h; matrices stored [in, out], docs/mechanisms.md §0): the GEMM-based
 // kernels against the plain-loop references in float, and every gradient against central finite
 // differences in double with the loss L = Σ w∘out.
 #include <vector>

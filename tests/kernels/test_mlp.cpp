@@ -1,4 +1,4 @@
-// MLP elementwise kernels (src/kernels/mlp.h, MECHANISMS.md §1.1): the vectorized exp, GELU-tanh and
+// MLP elementwise kernels (src/kernels/mlp.h, docs/mechanisms.md §1.1): the vectorized exp, GELU-tanh and
 // SwiGLU against the literal §1.1 formulas (std::tanh / std::exp) in float, the same in double (where
 // the fast path uses std::exp and must agree to ~1e-15), and their gradients against central finite
 // differences in double.

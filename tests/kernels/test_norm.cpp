@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm (src/kernels/norm.h, MECHANISMS.md §1.1 table): fast kernels against the
+// LayerNorm and RMSNorm (src/kernels/norm.h, docs/mechanisms.md §1.1 table): fast kernels against the
 // double-accumulating naive references in float, and every gradient (input, γ, β) against central
 // finite differences in double, with the loss a random linear functional L = Σ w∘out of the output.
 #include <vector>
@@ -139,7 +139,7 @@ TEST(RmsNorm, GradientFiniteDifferences) {
   test::expect_grad_close(dw, test::numeric_grad(w, loss), 1e-7, "RMSNorm dweight");
 }
 
-// The ε of each norm is the spec's: a zero row gives rstd = 1/sqrt(ε).
+// The ε of each norm is that of docs/mechanisms.md §1.1: a zero row gives rstd = 1/sqrt(ε).
 TEST(Norms, EpsilonValues) {
   const int C = 8;
   std::vector<double> zero(C, 0.0), w(C, 1.0), out(C);

@@ -1,4 +1,4 @@
-// RoPE (src/kernels/rope.h, MECHANISMS.md §1.2, rotate-half convention): the table-driven kernel
+// RoPE (src/kernels/rope.h, docs/mechanisms.md §1.2, rotate-half convention): the table-driven kernel
 // against the literal per-element formula, the relative-position invariant of §1.5, rope_backward as
 // the transpose of rope_forward, finite differences, and the packed-qkv layout (v untouched).
 #include <cmath>

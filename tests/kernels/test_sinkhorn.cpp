@@ -1,4 +1,4 @@
-// Sinkhorn–Knopp (src/kernels/sinkhorn.h, MECHANISMS.md §5.3, §5.4): the kernel against the naive
+// Sinkhorn–Knopp (src/kernels/sinkhorn.h, docs/mechanisms.md §5.3, §5.4): the kernel against the naive
 // reference, the row and column sums of §5.4, the baseline init matrix is a fixed point, and the
 // unrolled backward against central finite differences in double, for n = 2, 3, 4.
 #include <vector>
