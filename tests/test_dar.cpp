@@ -1,4 +1,4 @@
-// DAR, Dual Attention Residuals (src/model/residual/dar.h, MECHANISMS.md §6).
+// DAR, Dual Attention Residuals (src/model/residual/dar.h, docs/mechanisms.md §6).
 // Part 1, the module alone: the residual driven through its call sequence with a fake differentiable
 // sublayer F_l(x) = tanh(x·M_l) per token and the loss L = Σ G∘x_F. Against a literal transcription of
 // §6.2 (the forward), central finite differences in double of every parameter group and of the

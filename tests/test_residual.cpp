@@ -1,4 +1,4 @@
-// Residual kinds (src/model/residual/, MECHANISMS.md §4, §5, §7): the invariants of §4.5 and §5.4,
+// Residual kinds (src/model/residual/, docs/mechanisms.md §4, §5, §7): the invariants of §4.5 and §5.4,
 // finite-difference gradients in float64 through the residual interface alone (synthetic sublayers)
 // and through the whole model, KV-cached == uncached logits, exact resume, and the config keys.
 #include <gtest/gtest.h>
@@ -47,7 +47,7 @@ struct OneThread {
 
 // ---------------------------------------------------------------------------------------------
 // The residual interface driven alone, with synthetic sublayers F_l(h) = tanh(g_l∘h + c_l) (random
-// g_l, c_l), so that its forward can be compared with direct implementations of the spec and its
+// g_l, c_l), so that its forward can be compared with direct implementations of docs/mechanisms.md and its
 // backward with finite differences of every input and parameter (loss <G, read_out>).
 template <class T>
 struct Harness {
@@ -437,7 +437,7 @@ TEST(Streams, InitEqualsBaseline) {
       worst = std::max(worst, std::abs(wide.final_residual()[k] / n - base.final_residual()[k]));
       scale = std::max(scale, std::abs(base.final_residual()[k]));
     }
-    EXPECT_LT(worst, 1e-15 * std::max(1.0, scale)) << extra;  // rounding only (spec: < 2e-15)
+    EXPECT_LT(worst, 1e-15 * std::max(1.0, scale)) << extra;  // rounding only (docs/mechanisms.md §5.3: < 2e-15)
   }
 }
 
