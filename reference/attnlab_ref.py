@@ -4,7 +4,7 @@ Three jobs:
   * the oracle of the golden test (tests/python/test_reference.py): load an attnlab checkpoint in
     float64 and compute logits, loss and autograd gradients to compare with `attnlab grads`;
   * the users' way to take attnlab weights to PyTorch (`load_attnlab`, `export_torch_state_dict`);
-  * a readable statement of the math, written op by op like the C++ kernels, citing the spec.
+  * a readable statement of the math, written op by op like the C++ kernels, citing docs/mechanisms.md.
 
 Works with torch 1.13 (Debian's python3-torch: no scaled_dot_product_attention, so attention is
 written by hand) and torch 2.x (may use F.scaled_dot_product_attention when there is no sink; ALiBi
