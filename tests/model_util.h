@@ -53,7 +53,8 @@ inline double cached_vs_uncached_rel_diff(GPT<float>& m, int B = 2, int T = 8) {
 // perturbation) and central differences of `loss` there (h = 1e-5, double). The parameters are
 // left as they were.
 struct FdSample {
-  std::vector<double> analytic, numeric;
+  std::vector<double> analytic;
+  FdGrad numeric;
 };
 inline FdSample fd_sample(GPT<double>& m, const ParamSpec& s, Rng& pick, const std::function<double()>& loss) {
   std::vector<size_t> idx;

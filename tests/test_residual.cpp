@@ -284,21 +284,6 @@ TEST(AttnRes, FirstInputIsEmbeddingAndZeroQueriesGiveExactMeans) {
 
 // Key scale invariance (§4.5) is a property of the primitive: tests/kernels/test_depth_attention.cpp.
 
-// test::expect_grad_close with the scale floored: a tensor whose gradient is much smaller than the
-// rest is compared at the floor, the level where central differences' rounding noise (~1e-16·|L|/h)
-// sits well below tol. Its gradient is still checked at full relative precision through the
-// interface tests, where every residual parameter has an O(1) gradient.
-void expect_grad_close_floor(const std::vector<double>& analytic, const std::vector<double>& numeric, double tol, double floor,
-                             const std::string& what) {
-  double scale = floor, worst = 0;
-  size_t at = 0;
-  for (double x : numeric) scale = std::max(scale, std::abs(x));
-  for (size_t i = 0; i < numeric.size(); ++i)
-    if (std::abs(analytic[i] - numeric[i]) > worst) { worst = std::abs(analytic[i] - numeric[i]); at = i; }
-  EXPECT_LT(worst / scale, tol) << what << ": worst entry " << at << " analytic " << analytic[at] << " numeric " << numeric[at]
-                                << " (scale " << scale << ")";
-}
-
 // Gradients that are zero by structure, whatever the weights: AttnRes's w_1 (a single candidate, §1.5),
 // and mHC's residual map at sublayer 1, which mixes n copies of e with rows summing to 1 (§5.3, point 3).
 bool structurally_zero(const std::string& name) {
@@ -334,9 +319,9 @@ void check_interface_gradients(const std::string& extra, int rows = 3) {
       for (double g : analytic) EXPECT_LT(std::abs(g), 1e-15) << s.name;
       continue;
     }
-    // h = 1e-4: truncation ~h²·f''' (measured ≲ 3e-7 relative) and rounding noise ~1e-16·|L|/h stay
-    // below 1e-6 of max(tensor scale, 1e-2). At h = 1e-5 the error grew tenfold: noise, not a bias.
-    expect_grad_close_floor(analytic, numeric, 1e-6, 1e-2, extra + " " + s.name);
+    // h = 1e-4: the finite difference's truncation and rounding are bounded per entry by
+    // expect_grad_close (tests/check.h); 1e-6 of max(tensor scale, 1e-2) is left for the analytic side.
+    test::expect_grad_close(analytic, numeric, 1e-6, extra + " " + s.name, 1e-2);
   }
 }
 
@@ -392,8 +377,8 @@ void check_model_gradients(const std::string& extra) {
     const auto& analytic = fd.analytic;
     const auto& numeric = fd.numeric;
     if (structurally_zero(s.name)) continue;  // checked through the interface
-    // Rounding noise of the mean loss (|L| ≈ 3) at h = 1e-5 is ~3e-11; floor 1e-4 keeps it below 1e-6.
-    expect_grad_close_floor(analytic, numeric, 1e-6, 1e-4, extra + " " + s.name);
+    // The finite difference's own error is bounded in expect_grad_close; 1e-6 of max(scale, 1e-4) beyond it.
+    test::expect_grad_close(analytic, numeric, 1e-6, extra + " " + s.name, 1e-4);
   }
   EXPECT_GT(residual_tensors, 0) << extra;
 }
