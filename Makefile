@@ -1,7 +1,8 @@
 # Thin wrapper: the two commands of the README, plus bench.
-#   make demo  — install what is missing, build Release, prepare the default corpus, train ~2 minutes,
-#                print the validation loss and a sample.
-#   make test  — build and run the whole CTest suite (long checks are opt-in: make test-long).
+#   make demo  — install what is missing, build the tool (Release, no tests), prepare the default
+#                corpus, train ~2 minutes, print the validation loss and a sample.
+#   make test  — install the test dependencies too, build everything and run the whole CTest suite
+#                (long checks are opt-in: make test-long). PRESET=portable builds for x86-64-v3.
 SHELL := /bin/bash
 PRESET ?= release
 BUILD := build/$(PRESET)
@@ -9,16 +10,25 @@ JOBS ?= 2
 DATA ?= data/default
 RUN ?= runs/demo
 
-.PHONY: demo test test-long build deps bench bench-pytorch corpus clean
+.PHONY: demo test test-long build build-tool deps deps-test bench bench-pytorch corpus clean
 
 deps:
-	@bash scripts/install_deps.sh
+	@bash scripts/install_deps.sh demo
 
-build: deps
-	@cmake --preset $(PRESET) >/dev/null
+deps-test:
+	@bash scripts/install_deps.sh test
+
+# the tool alone (what the demo runs)
+build-tool: deps
+	@cmake --preset $(PRESET) -DATTNLAB_TESTS=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target attnlab
+
+# everything: the tool, the benchmarks and the tests
+build: deps-test
+	@cmake --preset $(PRESET) -DATTNLAB_TESTS=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-corpus: build
+corpus: build-tool
 	@bash scripts/fetch_corpus.sh data/corpus
 	@if [ ! -f $(DATA)/train.bin ]; then \
 	  $(BUILD)/attnlab prepare --input data/corpus/tdavid.txt --input data/corpus/web.txt --input data/corpus/kjv.txt \
@@ -35,10 +45,10 @@ test: build
 test-long: build
 	@ctest --test-dir $(BUILD) -L long --output-on-failure
 
-bench: build
+bench: build-tool
 	$(BUILD)/attnlab bench --preset bench --steps 20
 
-bench-pytorch: build
+bench-pytorch: build-tool
 	python3 bench/compare_pytorch.py --attnlab $(BUILD)/attnlab
 
 clean:

@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
-# Installs the Debian packages attnlab needs, only those missing. Runs as root (apt-get) or via sudo.
+# Installs the Debian (and one PyPI) packages attnlab needs, only those missing. Runs as root
+# (apt-get) or via sudo.
+#
+#   scripts/install_deps.sh demo   what `make demo` runs: the compiler, CMake, the libraries the
+#                                  engine links, and the SWORD texts of the default corpus
+#   scripts/install_deps.sh test   the above, plus what `make test` alone needs: GoogleTest, and
+#                                  Python with NumPy, PyTorch (the float64 reference) and the
+#                                  official safetensors reader (the interop tests)
+#
+# Every package is named here: a machine that has only git and make gets all of them (checked on a
+# fresh Debian bookworm root). Debian's oneDNN CMake package needs OpenCL's (a Recommends of
+# libdnnl-dev, not a Depends), so ocl-icd-opencl-dev is named explicitly: --no-install-recommends
+# would otherwise leave `find_package(dnnl)` failing.
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config libdnnl-dev libsentencepiece-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev libgmock-dev python3-numpy python3-torch python3-pip
-      diatheke sword-comm-tdavid sword-text-web sword-text-kjv)
+what=${1:-demo}
+demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev
+      nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv)
+tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip)
+case "$what" in
+  demo) pkgs=("${demo[@]}") ;;
+  test) pkgs=("${demo[@]}" "${tests[@]}") ;;
+  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,7 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The official safetensors reader (PyPI) for Debian's python3, used by the interop tests: the proof
 # that our checkpoints load in the reference implementation of the format.
-if ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
+if [ "$what" = test ] && ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
   echo "attnlab: installing the official safetensors package for /usr/bin/python3"
   $SUDO /usr/bin/python3 -m pip install -q --break-system-packages safetensors
 fi

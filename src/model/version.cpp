@@ -1,5 +1,9 @@
 #include "model/version.h"
 
+#ifndef ATTNLAB_VERSION
+#error "ATTNLAB_VERSION is set by CMakeLists.txt from project(VERSION)"
+#endif
+
 namespace attnlab {
-const char* version() { return "0.1.0"; }
+const char* version() { return ATTNLAB_VERSION; }
 }  // namespace attnlab
