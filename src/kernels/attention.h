@@ -270,11 +270,13 @@ namespace detail {
 
 // ---------------------------------------------------------------------------------------------
 // SIMD layer: the handful of vector operations the tiles need. The portable version is one lane
-// wide; float on AVX-512 is sixteen.
+// wide; float is sixteen on AVX-512 and eight on AVX2 + FMA (x86-64-v3). kRegs is the number of
+// vector registers the micro-kernel's register blocking may plan for.
 // ---------------------------------------------------------------------------------------------
 template <class T>
 struct Simd {
   static constexpr int W = 1;
+  static constexpr int kRegs = 32;
   using V = T;
   using Mask = unsigned;  // 1 = the lane is live
   static Mask tail_mask(int n) { return n > 0 ? 1u : 0u; }
@@ -303,6 +305,7 @@ struct Simd {
 template <>
 struct Simd<float> {
   static constexpr int W = 16;
+  static constexpr int kRegs = 32;
   using V = __m512;
   using Mask = __mmask16;
   static Mask tail_mask(int n) { return n >= 16 ? Mask(0xFFFF) : Mask((1u << n) - 1u); }
@@ -343,6 +346,56 @@ struct Simd<float> {
   }
   static float reduce_add(V x) { return _mm512_reduce_add_ps(x); }
 };
+#elif defined(__AVX2__) && defined(__FMA__)
+// The same operations on eight lanes (AVX2 + FMA, 16 registers). Masks are lane vectors of all ones
+// (live) or zeros; masked loads read nothing from dead lanes (no fault past the end of a row).
+template <>
+struct Simd<float> {
+  static constexpr int W = 8;
+  static constexpr int kRegs = 16;
+  using V = __m256;
+  using Mask = __m256i;
+  static Mask tail_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+  static void store(float* p, V x, Mask m) { _mm256_maskstore_ps(p, m, x); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  // The AVX-512 exp above, operation for operation (same constants, same 1.6 ulp): only the masking
+  // differs. Lanes below e^−87.33, −inf and NaN are cleared with an AND of the ordered compare.
+  static V exp(V x) {
+    const V live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_GE_OQ);
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+    const V magic = _mm256_set1_ps(12582912.0f);  // 1.5·2^23
+    const V t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const V n = _mm256_sub_ps(t, magic);
+    V f = _mm256_fmsub_ps(x, _mm256_set1_ps(1.44269502162933349609375f), n);
+    f = _mm256_fmadd_ps(x, _mm256_set1_ps(1.925963033500011e-08f), f);
+    V p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i scale = _mm256_slli_epi32(_mm256_castps_si256(t), 23);  // n·2^23: the magic's bits shift out
+    return _mm256_and_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale)), live);
+  }
+  static float reduce_add(V x) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+  }
+};
 #endif
 
 // Tile edge: query rows per forward task, key columns per backward key tile. 64 keeps a tile's
@@ -362,8 +415,13 @@ inline constexpr int kBand = Simd<T>::W == 1 ? 2 : Simd<T>::W;
 // float lanes) keeps a chunk's B operand in L1: with 8, Dh = 128 ran at half the speed.
 inline constexpr int kMaxVectors = 4;
 
-// Rows per register block for nv vectors: about 24 accumulators plus nv operands in 32 registers.
-constexpr int rows_per_block(int nv) { return nv >= 4 ? 6 : nv == 3 ? 8 : 12; }
+// Rows per register block for nv vectors: about 24 accumulators plus nv operands in 32 registers;
+// with 16 registers, at most 15 − nv accumulators (one register holds the broadcast A value).
+template <class T>
+constexpr int rows_per_block(int nv) {
+  if constexpr (Simd<T>::kRegs >= 32) return nv >= 4 ? 6 : nv == 3 ? 8 : 12;
+  return nv >= 4 ? 2 : nv == 3 ? 3 : nv == 2 ? 6 : 12;
+}
 
 // The micro-kernel. C[r][0..NV·W) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..NV·W) for r < RB;
 // the last vector of each row is limited to the lanes of `last`. With Accumulate, C is first
@@ -435,7 +493,7 @@ struct KBand {
 template <class T, int NV, bool Accumulate>
 void product_rows(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
                   int K, typename Simd<T>::Mask last, KBand band) {
-  constexpr int RB = rows_per_block(NV);
+  constexpr int RB = rows_per_block<T>(NV);
   for (int r = 0; r < rows; r += RB) {
     const int n = std::min(RB, rows - r);
     const int k0 = std::clamp(r + band.first, 0, K), k1 = std::clamp(r + n + band.end, k0, K);
