@@ -173,6 +173,27 @@ class Hyper final : public Residual<T> {
   }
   const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
   const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+  void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
+    const auto& s = cst(rs);
+    const int n = n_, M = 2 * n + n * n;
+    std::vector<T> maps((size_t)N * M);  // diagnostics only: never called in a training step
+    ins.streams(0, s.X[0], N, n, C_);
+    for (int l = 1; l <= L2_; ++l) {
+      const Params& p = p_[l];
+      for (int i = 0; i < N; ++i) {  // m_s, β_u and A_su from the saved tanh values (§5.2)
+        const T* t = s.tau[l] + (size_t)i * n * P_;
+        T* m = maps.data() + (size_t)i * M;
+        for (int r = 0; r < n; ++r) {
+          m[r] = *p.s_alpha * t[r * P_ + 1] + p.m0[r];
+          m[n + r] = *p.s_beta * t[r * P_] + p.beta0[r];
+          for (int u = 0; u < n; ++u)  // res_ur = A_ru: X′_u = Σ_r A_ru X_r
+            m[2 * n + u * n + r] = *p.s_alpha * t[r * P_ + 2 + u] + p.a0[r * n + u];
+        }
+      }
+      ins.stream_maps(l, maps.data(), N, n);
+      ins.streams(l, s.X[l], N, n, C_);
+    }
+  }
 
   T* read_out_grad(ResidualState& rs, int N) const override {
     std::memset(st(rs).dh, 0, sizeof(T) * N * C_);

@@ -198,6 +198,14 @@ class Mhc final : public Residual<T> {
   }
   const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
   const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+  void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
+    const auto& s = cst(rs);
+    ins.streams(0, s.X[0], N, n_, C_);
+    for (int l = 1; l <= L2_; ++l) {
+      ins.stream_maps(l, s.H[l], N, n_);  // [Hpre | Hpost | Hres] per token, as stored
+      ins.streams(l, s.X[l], N, n_, C_);
+    }
+  }
 
   T* read_out_grad(ResidualState& rs, int N) const override {
     std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
