@@ -151,7 +151,12 @@ def plot_depth(a, out, written):
         ax.set_xticks(range(len(d["columns"])))
         ax.set_xticklabels(d["columns"], rotation=45, fontsize=8)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels(["%s (H %.2f)" % (r["label"], nan(r["entropy_norm"])) for r in rows], fontsize=8)
+        ax.set_yticklabels(["%s (H %s)" % (r["label"], "n/a" if r["entropy_norm"] is None else "%.2f" % r["entropy_norm"])
+                            for r in rows], fontsize=8)
+        for y, r in enumerate(rows):
+            for x, w in enumerate(r["weights"]):
+                if w is not None:
+                    ax.text(x, y, "%.2f" % w, ha="center", va="center", fontsize=7, color="white" if w < 0.6 else "black")
         ax.set_xlabel("history entry (candidate)")
         ax.set_ylabel("read (sublayer), normalised entropy H")
         ax.set_title("%s stream %d: mean depth weights" % (d["kind"], s["stream"]))
@@ -231,7 +236,10 @@ def plot_rescue(a, out, written):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
     names = ["L_clean", "L_corr", "L_patch(0)", "L_patch(1)"]
     vals = [r["L_clean"], r["L_corr"], r["L_patch"][0], r["L_patch"][1]]
-    ax1.bar(names, [v["value"] for v in vals], yerr=[nan(v["se"]) for v in vals], capsize=4)
+    ax1.errorbar(range(4), [v["value"] for v in vals], yerr=[nan(v["se"]) for v in vals], fmt="o", capsize=4)
+    ax1.set_xticks(range(4))
+    ax1.set_xticklabels(names)
+    ax1.set_xlim(-0.5, 3.5)
     ax1.set_ylabel("loss (nats per token)")
     ax1.set_title("RG_0 = %.3f ± %.3f, RG_1 = %.3f ± %.3f" % (r["RG"][0]["value"], nan(r["RG"][0]["se"]), r["RG"][1]["value"],
                                                              nan(r["RG"][1]["se"])), fontsize=9)
