@@ -232,34 +232,39 @@ def plot_cka(a, out, written):
 
 
 def plot_rescue(a, out, written):
+    """§8.5: the runs' losses and the rescue gain when one stream is patched, overall and read by read."""
     r = a["rescue"]
+    n = r["streams"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
-    names = ["L_clean", "L_corr", "L_patch(0)", "L_patch(1)"]
-    vals = [r["L_clean"], r["L_corr"], r["L_patch"][0], r["L_patch"][1]]
-    ax1.errorbar(range(4), [v["value"] for v in vals], yerr=[nan(v["se"]) for v in vals], fmt="o", capsize=4)
-    ax1.set_xticks(range(4))
-    ax1.set_xticklabels(names)
-    ax1.set_xlim(-0.5, 3.5)
+    names = ["L_clean", "L_corr"] + ["L_patch(%d)" % s for s in range(n)]
+    vals = [r["L_clean"], r["L_corr"]] + r["L_patch"]
+    ax1.errorbar(range(len(vals)), [nan(v["value"]) for v in vals], yerr=[nan(v["se"]) for v in vals], fmt="o", capsize=4)
+    ax1.set_xticks(range(len(vals)))
+    ax1.set_xticklabels(names, rotation=30, fontsize=8)
+    ax1.set_xlim(-0.5, len(vals) - 0.5)
     ax1.set_ylabel("loss (nats per token)")
-    ax1.set_title("RG_0 = %.3f ± %.3f, RG_1 = %.3f ± %.3f" % (r["RG"][0]["value"], nan(r["RG"][0]["se"]), r["RG"][1]["value"],
-                                                             nan(r["RG"][1]["se"])), fontsize=9)
     ax1.set_xlabel("run (±1 bootstrap s.e.)")
+    g = r["RG_when_patched"]
+    ax1.set_title("rescue gain with stream s patched: " + ", ".join(
+        "s=%d %.2f±%.2f" % (s, nan(x["value"]), nan(x["se"])) for s, x in enumerate(g)), fontsize=8)
     if "by_depth" in r:
         by = r["by_depth"]
         x = range(len(by))
-        for j in range(2):
-            ax2.errorbar(list(x), [b["RG"][j]["value"] for b in by], yerr=[nan(b["RG"][j]["se"]) for b in by], marker="o",
-                         capsize=3, label="RG_%d (stream %d patched)" % (j, 1 - j))
+        for s in range(n):
+            ax2.errorbar(list(x), [nan(b["RG_when_patched"][s]["value"]) for b in by],
+                         yerr=[nan(b["RG_when_patched"][s]["se"]) for b in by], marker="o", capsize=3,
+                         label="stream %d patched" % s + (" (RG_%d)" % (1 - s) if r["kind"] == "dar" else ""))
         ax2.set_xticks(list(x))
         ax2.set_xticklabels([b["label"] for b in by], rotation=45, fontsize=8)
         ax2.axhline(0, color="grey", lw=0.5)
+        ax2.axhline(1, color="grey", lw=0.5, ls=":")
         ax2.set_xlabel("patched read (one at a time)")
-        ax2.set_ylabel("rescue gain (unitless)")
+        ax2.set_ylabel("rescue gain of the other streams (unitless)")
         ax2.set_title("rescue gain by depth", fontsize=9)
         ax2.legend(fontsize=8)
     else:
         ax2.axis("off")
-    fig.suptitle("§8.5 DAR rescue gain over %d sequences (%d bootstrap resamples)" % (r["sequences"], r["bootstrap"]))
+    fig.suptitle("§8.5 %s rescue gain over %d sequences (%d bootstrap resamples)" % (r["kind"], r["sequences"], r["bootstrap"]))
     save(fig, out, "rescue_gain.png", written)
 
 

@@ -60,7 +60,8 @@ void run_analyze(const AnalyzeArgs& a) {
   // §8: validation windows of the training length with a fixed seed; §8.5's corrupting windows by a
   // second seeded draw (the pairing is by index).
   const auto seqs = draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed);
-  const auto corrupt = cfg.residual.kind == "dar" ? draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed + 1)
+  const std::string& kind = cfg.residual.kind;
+  const auto corrupt = kind == "dar" || kind == "hyper" || kind == "mhc" ? draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed + 1)
                                                   : std::vector<int32_t>{};
   AnalyzeOptions opt;
   opt.batch = a.batch_size;
@@ -90,11 +91,15 @@ void run_analyze(const AnalyzeArgs& a) {
                 l["cos_yv"]["mean"].get<double>(), l["cos_yv"]["min"].get<double>(), l["cos_yv"]["max"].get<double>(),
                 l["self"]["mean"].get<double>(), l["vsim"]["mean"].get<double>(),
                 l["cos_zv"].is_null() ? "" : ("  cos_zv " + std::to_string(l["cos_zv"]["mean"].get<double>())).c_str());
-  if (!j["rescue"].is_null())
-    std::printf("  rescue gain: RG_0 %.3f ± %.3f, RG_1 %.3f ± %.3f\n", j["rescue"]["RG"][0]["value"].get<double>(),
-                j["rescue"]["RG"][0]["se"].is_null() ? 0.0 : j["rescue"]["RG"][0]["se"].get<double>(),
-                j["rescue"]["RG"][1]["value"].get<double>(),
-                j["rescue"]["RG"][1]["se"].is_null() ? 0.0 : j["rescue"]["RG"][1]["se"].get<double>());
+  if (!j["rescue"].is_null()) {
+    std::printf("  rescue gain of the others when stream s is patched (§8.5):");
+    int s = 0;
+    for (const auto& g : j["rescue"]["RG_when_patched"]) {
+      const double v = g["value"].is_number() ? g["value"].get<double>() : NAN, se = g["se"].is_number() ? g["se"].get<double>() : NAN;
+      std::printf(" s=%d: %.3f ± %.3f", s++, v, se);
+    }
+    std::printf("\n");
+  }
   std::fflush(stdout);
   if (a.no_plots) return;
 
@@ -130,7 +135,7 @@ void register_analyze(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "sequences per forward (default 8)")->check(CLI::PositiveNumber);
   cmd->add_option("--cka-tokens", a->cka_tokens, "tokens sampled for CKA, §8.4 (default 4096)")->check(CLI::PositiveNumber);
   cmd->add_option("--bootstrap", a->bootstrap, "bootstrap resamples for §8.5's standard errors (default 1000)")->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--no-rescue-by-depth", a->no_rescue_by_depth, "DAR: skip the per-read patches of §8.5 (2·(2L+1) forwards per batch)");
+  cmd->add_flag("--no-rescue-by-depth", a->no_rescue_by_depth, "DAR, HC, mHC: skip §8.5's per-read patches (n·(2L+1) forwards per batch)");
   cmd->add_flag("--no-plots", a->no_plots, "write analysis.json only");
   cmd->add_option("--plot-script", a->plot_script, "the plotting script (default: scripts/plot_analysis.py of the source tree)");
   cmd->callback([a] { run_analyze(*a); });

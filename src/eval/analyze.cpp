@@ -1,7 +1,7 @@
 // The diagnostics of docs/mechanisms.md §8.1–§8.5 (analyze.h; the JSON schema and every definition
 // are in docs/analysis.md). One observer (model/trace.h) sees each forward's attention layers and the
 // residual kind's states and accumulates, in double, what §8 asks for; the GOAT prior of §8.2 comes
-// from the parameters themselves, and the rescue gain of §8.5 from patched forwards (DAR).
+// from the parameters themselves, and the rescue gain of §8.5 from patched forwards (DAR, HC, mHC).
 #include "eval/analyze.h"
 
 #include <omp.h>
@@ -258,6 +258,18 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
 
   // ---------------- §8.3 HC/mHC maps and the composite gain ----------------
   void stream_maps(int l, const T* maps, int N, int n) override {
+    if (capture_reads) {  // §8.5 for HC/mHC: stream s's share of read l, pre_s·X_{l−1,s}, per token
+      const int M = 2 * n + n * n, C = last_C_;
+      for (int s = 0; s < n; ++s) {
+        auto& buf = captured[{l, s}];
+        buf.resize((size_t)N * C);
+        for (int i = 0; i < N; ++i) {
+          const T w = maps[(size_t)i * M + s];
+          const T* x = last_X_ + ((size_t)i * n + s) * C;
+          for (int c = 0; c < C; ++c) buf[(size_t)i * C + c] = w * x[c];
+        }
+      }
+    }
     if (!accumulate) return;
     n_streams_ = n;
     const int M = 2 * n + n * n;
@@ -303,6 +315,13 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
     signal(sig(j == 0 ? "R0" : "R1", q), R, N, C, 1, 0);
   }
   void streams(int l, const T* X, int N, int n, int C) override {
+    last_X_ = X, last_C_ = C;
+    if (capture_reads && l == S_)  // §8.5: the read-out's share of stream s is X_s itself
+      for (int s = 0; s < n; ++s) {
+        auto& buf = captured[{S_ + 1, s}];
+        buf.resize((size_t)N * C);
+        for (int i = 0; i < N; ++i) std::copy(X + ((size_t)i * n + s) * C, X + ((size_t)i * n + s + 1) * C, buf.begin() + (size_t)i * C);
+      }
     if (l == 0 || l % 2 != 0) return;  // the state after each layer (l = 2, 4, …, 2L)
     for (int s = 0; s < n; ++s) signal(sig("X", l, s), X, N, C, n, s);
   }
@@ -513,6 +532,8 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
   std::map<int, MapRow> maps_;
   std::vector<double> prod_;
   int n_streams_ = 0;
+  const T* last_X_ = nullptr;  // the streams shown last (X_{l−1} when stream_maps(l) comes)
+  int last_C_ = 0;
   std::map<std::string, Signal> signals_;
   std::vector<Pair> pairs_;
   size_t n_sampled_ = 0;
@@ -684,13 +705,13 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
   }
 
   Analyzer<T> an(cfg, B, seq_len, sampled, opt);
-  const bool rescue = cfg.residual.kind == "dar" && !corrupt.empty();
-  std::vector<double> l_clean(n_seq), l_corr(n_seq), l_patch[2];
-  std::vector<std::vector<double>> l_patch_depth;  // [(q−1)·2 + j][seq]
-  if (rescue) {
-    l_patch[0].resize(n_seq), l_patch[1].resize(n_seq);
-    if (opt.rescue_by_depth) l_patch_depth.assign(2 * (S + 1), std::vector<double>(n_seq));
-  }
+  // §8.5: DAR's two streams; HC/mHC's n streams (the patched quantity is a stream's share of each read).
+  const std::string& kind = cfg.residual.kind;
+  const int n_st = kind == "dar" ? 2 : (kind == "hyper" || kind == "mhc") ? cfg.residual.streams : 0;
+  const bool rescue = n_st > 0 && !corrupt.empty();
+  std::vector<double> l_clean(n_seq), l_corr(n_seq);
+  std::vector<std::vector<double>> l_patch(rescue ? n_st : 0, std::vector<double>(n_seq));
+  std::vector<std::vector<double>> l_patch_depth(rescue && opt.rescue_by_depth ? (S + 1) * n_st : 0, std::vector<double>(n_seq));
   std::vector<int32_t> in(N), tgt(N), in_c(N);
   std::vector<T> losses(N);
   auto per_seq = [&](std::vector<double>& out, int first) {
@@ -723,7 +744,7 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
       model.set_observer(nullptr);
       per_seq(l_corr, s0);
       // ... then x with stream j's reads swapped for R̃^j at every read (and, by depth, at one read).
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < n_st; ++j) {
         for (int q = 1; q <= S + 1; ++q) model.set_read_patch(q, j, an.captured.at({q, j}).data());
         model.eval_loss(in.data(), tgt.data(), losses.data());
         per_seq(l_patch[j], s0);
@@ -731,10 +752,10 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
       }
       if (opt.rescue_by_depth)
         for (int q = 1; q <= S + 1; ++q)
-          for (int j = 0; j < 2; ++j) {
+          for (int j = 0; j < n_st; ++j) {
             model.set_read_patch(q, j, an.captured.at({q, j}).data());
             model.eval_loss(in.data(), tgt.data(), losses.data());
-            per_seq(l_patch_depth[(q - 1) * 2 + j], s0);
+            per_seq(l_patch_depth[(q - 1) * n_st + j], s0);
             model.set_read_patch(q, j, nullptr);
           }
     }
@@ -767,17 +788,27 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
     out["rescue"] = nullptr;
     return out;
   }
-  // §8.5 statistics and their bootstrap standard errors over the sequences.
+  // §8.5 statistics and their bootstrap standard errors over the sequences. G_s = (L_corr −
+  // L_patch(s)) / (L_corr − L_clean) is the rescue gain of the other streams when stream s is patched;
+  // DAR's RG_{1−j} of §8.5 is G_j.
   auto mean_of = [&](const std::vector<double>& v, const std::vector<int>& idx) {
     double s = 0;
     for (int i : idx) s += v[i];
     return s / idx.size();
   };
-  auto stats = [&](const std::vector<int>& idx, const std::vector<double>& p0, const std::vector<double>& p1) {
-    const double c = mean_of(l_clean, idx), r = mean_of(l_corr, idx), a = mean_of(p0, idx), b = mean_of(p1, idx);
-    // RG_{1−j} = (L_corr − L_patch(j)) / (L_corr − L_clean): patching stream j measures stream 1−j.
-    const double rg0 = (r - b) / (r - c), rg1 = (r - a) / (r - c);
-    return std::vector<double>{c, r, a, b, rg0, rg1, std::abs(rg0 - rg1)};
+  // [L_clean, L_corr, L_patch(0..n−1), G_0..G_{n−1}, max G − min G]
+  auto stats = [&](const std::vector<int>& idx, const std::vector<std::vector<double>>& patch) {
+    const double c = mean_of(l_clean, idx), r = mean_of(l_corr, idx);
+    std::vector<double> v{c, r};
+    for (const auto& p : patch) v.push_back(mean_of(p, idx));
+    double gmin = INFINITY, gmax = -INFINITY;
+    for (size_t k = 0; k < patch.size(); ++k) {
+      const double g = (r - v[2 + k]) / (r - c);
+      v.push_back(g);
+      gmin = std::min(gmin, g), gmax = std::max(gmax, g);
+    }
+    v.push_back(gmax - gmin);
+    return v;
   };
   std::vector<int> all(n_seq);
   for (int i = 0; i < n_seq; ++i) all[i] = i;
@@ -785,29 +816,39 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
   std::vector<std::vector<int>> resamples(opt.bootstrap, std::vector<int>(n_seq));
   for (auto& r : resamples)
     for (int& i : r) i = (int)rng.below(n_seq);
-  auto with_se = [&](const std::vector<double>& p0, const std::vector<double>& p1) {
-    const std::vector<double> point = stats(all, p0, p1);
+  auto with_se = [&](const std::vector<std::vector<double>>& patch) {
+    const std::vector<double> point = stats(all, patch);
     std::vector<double> m(point.size(), 0.0), m2(point.size(), 0.0);
     for (const auto& r : resamples) {
-      const std::vector<double> s = stats(r, p0, p1);
+      const std::vector<double> s = stats(r, patch);
       for (size_t k = 0; k < s.size(); ++k) m[k] += s[k], m2[k] += s[k] * s[k];
     }
-    json o = json::array();
+    std::vector<json> o;
     for (size_t k = 0; k < point.size(); ++k) {
       const double nb = std::max<double>(resamples.size(), 1), mu = m[k] / nb;
-      o.push_back(json{{"value", num(point[k])}, {"se", resamples.size() > 1 ? num(std::sqrt(std::max(m2[k] / nb - mu * mu, 0.0) * nb / (nb - 1))) : json(nullptr)}});
+      o.push_back(json{{"value", num(point[k])},
+                       {"se", resamples.size() > 1 ? num(std::sqrt(std::max(m2[k] / nb - mu * mu, 0.0) * nb / (nb - 1))) : json(nullptr)}});
     }
     return o;
   };
-  const json s = with_se(l_patch[0], l_patch[1]);
-  json rescue_json{{"sequences", n_seq}, {"bootstrap", opt.bootstrap}, {"L_clean", s[0]}, {"L_corr", s[1]},
-                   {"L_patch", json::array({s[2], s[3]})}, {"RG", json::array({s[4], s[5]})}, {"imbalance", s[6]}};
+  auto fill = [&](json& dst, const std::vector<json>& v) {
+    json lp = json::array(), g = json::array();
+    for (int k = 0; k < n_st; ++k) lp.push_back(v[2 + k]), g.push_back(v[2 + n_st + k]);
+    dst["L_patch"] = lp;
+    dst["RG_when_patched"] = g;
+    dst["RG"] = kind == "dar" ? json::array({g[1], g[0]}) : json(nullptr);  // RG_j: stream j survives
+  };
+  const std::vector<json> st = with_se(l_patch);
+  json rescue_json{{"kind", kind}, {"streams", n_st}, {"sequences", n_seq}, {"bootstrap", opt.bootstrap}, {"L_clean", st[0]},
+                   {"L_corr", st[1]}, {"imbalance", st.back()}};
+  fill(rescue_json, st);
   if (opt.rescue_by_depth) {
     json by = json::array();
     for (int q = 1; q <= S + 1; ++q) {
-      const json d = with_se(l_patch_depth[(q - 1) * 2], l_patch_depth[(q - 1) * 2 + 1]);
-      by.push_back(json{{"read", q}, {"label", sublayer_label(q, S)}, {"L_patch", json::array({d[2], d[3]})},
-                        {"RG", json::array({d[4], d[5]})}});
+      std::vector<std::vector<double>> patch(l_patch_depth.begin() + (q - 1) * n_st, l_patch_depth.begin() + q * n_st);
+      json d{{"read", q}, {"label", sublayer_label(q, S)}};
+      fill(d, with_se(patch));
+      by.push_back(d);
     }
     rescue_json["by_depth"] = by;
   }
