@@ -94,6 +94,7 @@ def plot_goat(a, out, written):
                     label="U(j), KV head %d (sink margin %.3g)" % (head["kv_head"], head["sink_margin"]))
         ax.axvline(g["T_train"], color="grey", ls=":", lw=1, label="T_train")
         ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(left=0)
         ax.set_xlabel("key position j (tokens, symlog)")
         ax.set_ylabel("key profile (nats)")
         ax.set_title("layer %d: key profile U(j) = g·u(j) + b·[j = 0]" % layer["layer"], fontsize=9)
@@ -171,7 +172,7 @@ def plot_streams(a, out, written):
     n = s["n"]
     cols = min(len(subs), 4)
     rows = (len(subs) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 3.1 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.9 * cols + 1, 3.6 * rows), squeeze=False, constrained_layout=True)
     for ax in axes.flat[len(subs):]:
         ax.axis("off")
     for ax, sub in zip(axes.flat, subs):
@@ -182,6 +183,11 @@ def plot_streams(a, out, written):
         ax.set_ylabel("target stream s")
         ax.set_xticks(range(n))
         ax.set_yticks(range(n))
+        if n <= 6:
+            for y in range(n):
+                for x in range(n):
+                    ax.text(x, y, "%.2f" % sub["res"][y][x], ha="center", va="center", fontsize=7,
+                            color="black" if sub["res"][y][x] > 0.5 else "white")
     fig.colorbar(im, ax=axes.ravel().tolist(), label="mixing weight M_su (unitless)")
     fig.suptitle("§8.3 %s mean maps per sublayer (X′_s = Σ_u M_su X_u + post_s·o)" % s["kind"])
     fig.savefig(os.path.join(out, "stream_maps.png"), dpi=110)
