@@ -198,6 +198,7 @@ TEST(Analyze, XsaCosZvIsZeroWithinTheRoundingBound) {
         }
     const double bound = (2.0 * Dh + 4) * u * ratio;
     const json& l = a["attention"]["layers"][v.layer];
+    EXPECT_LE(l["max_abs_zv_rel"].get<double>(), (2.0 * Dh + 4) * u) << "layer " << v.layer;  // |z·v̂|/‖y‖, any row
     EXPECT_LE(l["max_abs_cos_zv"].get<double>(), bound) << "layer " << v.layer;
     EXPECT_LE(std::abs(l["cos_zv"]["mean"].get<double>()), bound);
     EXPECT_LT(bound, 1e-4);  // the bound itself is small: the rows are far from y ∥ v

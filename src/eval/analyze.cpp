@@ -187,6 +187,9 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
             const double czv = zn2 > 0 && vn > 0 ? zv / (std::sqrt(zn2) * vn) : 0;
             a.cos_zv += czv;
             a.max_abs_cos_zv = std::max(a.max_abs_cos_zv, std::abs(czv));
+            // |z·v̂|/‖y‖: what is left of the own-value direction relative to y, well conditioned
+            // even where y ∥ v makes z (and so the cosine) pure rounding.
+            if (yn2 > 0 && vn > 0) a.max_zv_rel = std::max(a.max_zv_rel, std::abs(zv) / (vn * std::sqrt(yn2)));
           }
           a.cos_yv += yn2 > 0 && vn > 0 ? yv / (std::sqrt(yn2) * vn) : 0;
           a.vsim += vsim[((size_t)b * v.Hkv + kv) * v.seq + t];
@@ -391,17 +394,19 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
     json layers = json::array();
     for (int l = 0; l < L_; ++l) {
       std::vector<double> cyv(H_), self(H_), vsim(H_), czv(H_);
-      double max_czv = 0;
+      double max_czv = 0, max_rel = 0;
       for (int h = 0; h < H_; ++h) {
         const AttStats& a = att_[(size_t)l * H_ + h];
         cyv[h] = a.cos_yv / a.count, self[h] = a.self / a.count, vsim[h] = a.vsim / a.count, czv[h] = a.cos_zv / a.count;
         max_czv = std::max(max_czv, a.max_abs_cos_zv);
+        max_rel = std::max(max_rel, a.max_zv_rel);
       }
       const bool xsa = cfg_.attn.xsa_at(l);
       json j{{"layer", l}, {"pos", cfg_.attn.pos_at(l)}, {"xsa", xsa ? cfg_.attn.xsa : "off"},
              {"cos_yv", spread(cyv)}, {"self", spread(self)}, {"vsim", spread(vsim)}};
       j["cos_zv"] = xsa ? spread(czv) : json(nullptr);
       j["max_abs_cos_zv"] = xsa ? num(max_czv) : json(nullptr);
+      j["max_abs_zv_rel"] = xsa ? num(max_rel) : json(nullptr);
       layers.push_back(j);
     }
     return json{{"positions", "t >= 1"}, {"count_per_head", att_.empty() ? 0.0 : att_[0].count}, {"layers", layers}};
@@ -516,7 +521,7 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
   }
 
  private:
-  struct AttStats { double cos_yv = 0, self = 0, vsim = 0, cos_zv = 0, max_abs_cos_zv = 0, count = 0; };
+  struct AttStats { double cos_yv = 0, self = 0, vsim = 0, cos_zv = 0, max_abs_cos_zv = 0, max_zv_rel = 0, count = 0; };
   struct DepthRow { std::vector<double> sum; double entropy = 0, count = 0; int n_entries = 0; };
   struct MapRow { std::vector<double> sum; double count = 0, gain_sum = 0, gain_max = 0; };
 

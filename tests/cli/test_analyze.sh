@@ -77,7 +77,7 @@ run_case() {
   fi
 }
 
-run_case xsa "attn.pos=rope attn.xsa=on" "attention.layers.0.cos_zv.mean attention.layers.0.max_abs_cos_zv" ""
+run_case xsa "attn.pos=rope attn.xsa=on" "attention.layers.0.cos_zv.mean attention.layers.0.max_abs_cos_zv attention.layers.1.max_abs_zv_rel" ""
 run_case goat "attn.pos=goat attn.sink=learned" \
   "goat.layers.0.kv_heads.0.rel goat.layers.1.kv_heads.3.sink_margin goat.layers.0.u goat.content_vs_sink.p_recent" \
   "goat_prior.png goat_profile.png goat_slope.png goat_content_vs_sink.png"
