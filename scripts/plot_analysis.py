@@ -220,9 +220,16 @@ def plot_cka(a, out, written):
     fig, axes = plt.subplots(1, k, figsize=(4.6 * k, 4.2), squeeze=False)
     for ax, m, t in zip(axes[0], mats, titles):
         im = ax.imshow([[nan(x) for x in r] for r in m], cmap="viridis", vmin=0, vmax=1)
+        ax.set_xticks(range(len(m)))
+        ax.set_yticks(range(len(m)))
+        if len(m) <= 10:
+            for y, row in enumerate(m):
+                for x, v in enumerate(row):
+                    if v is not None:
+                        ax.text(x, y, "%.2f" % v, ha="center", va="center", fontsize=7, color="black" if v > 0.6 else "white")
         ax.set_title(t, fontsize=9)
-        ax.set_xlabel("entry / stream index")
-        ax.set_ylabel("entry / stream index")
+        ax.set_xlabel("history entry r (0 = e) / stream s")
+        ax.set_ylabel("history entry r (0 = e) / stream s")
         fig.colorbar(im, ax=ax, label="linear CKA (unitless)")
     if extra:
         ax = axes[0][-1]
@@ -230,6 +237,7 @@ def plot_cka(a, out, written):
         ax.plot(range(1, len(c["reads_across_streams"]) + 1), c["reads_across_streams"], "s--", label="CKA(R⁰_l, R¹_l), read l")
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("entry r / read l (last = read-out)")
+        ax.set_xticks(range(len(c["reads_across_streams"]) + 1))
         ax.set_ylabel("linear CKA (unitless)")
         ax.set_title("DAR: the two streams against each other", fontsize=9)
         ax.legend(fontsize=8)
