@@ -3,7 +3,8 @@
 # (apt-get) or via sudo.
 #
 #   scripts/install_deps.sh demo   what `make demo` runs: the compiler, CMake, the libraries the
-#                                  engine links, and the SWORD texts of the default corpus
+#                                  engine links, the SWORD texts of the default corpus, and
+#                                  matplotlib for `attnlab analyze`'s plots
 #   scripts/install_deps.sh test   the above, plus what `make test` alone needs: GoogleTest, and
 #                                  Python with NumPy, PyTorch (the float64 reference) and the
 #                                  official safetensors reader (the interop tests)
@@ -15,7 +16,8 @@
 set -euo pipefail
 what=${1:-demo}
 demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev
-      nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv)
+      nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
+      python3-matplotlib)
 tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip)
 case "$what" in
   demo) pkgs=("${demo[@]}") ;;

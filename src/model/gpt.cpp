@@ -337,7 +337,18 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       kp = a.qkv + H * Dh; vp = a.qkv + (H + Hkv) * Dh;
       s.Tk = Tq; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC; s.pos_offset = 0;
     }
-    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, attention_scale(l), s, attention_extras(l, a));
+    const kernels::AttentionExtras<T> extras = attention_extras(l, a);
+    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, attention_scale(l), s, extras);
+    if (observer_ && !use_cache) {  // the tracing hook (model/trace.h): views of this layer's buffers
+      const kernels::GoatParams<T> gp = p.goat_params();
+      AttentionView<T> v;
+      v.layer = l; v.B = B; v.seq = Tq; v.H = H; v.Hkv = Hkv; v.Dh = Dh;
+      v.qkv = a.qkv; v.qkv_stride = qkvC; v.out = a.att; v.lse = a.lse; v.scale = attention_scale(l);
+      v.alibi_slopes = extras.alibi_slopes; v.sink = p.sink; v.sink_slope = la.goat ? a.sink_slope : nullptr;
+      v.xsa_gamma = extras.xsa_gamma; v.xsa_c = extras.xsa_c;
+      if (la.goat) { v.goat_shape = &goat_shape_; v.goat = &gp; v.goat_tables = &goat_tab_; }
+      observer_->attention(v);
+    }
     kernels::linear_forward(R.branch(rs, 2 * l + 1), a.att, p.proj_w, p.proj_b, N, H * Dh, C);
     R.write(rs, 2 * l + 1, N);
     const T* x1 = R.read(rs, 2 * l + 2, N);
@@ -349,6 +360,8 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
     R.write(rs, 2 * l + 2, N);
   }
   norm_forward(ws.lnf, ws.lnf_mean, ws.lnf_rstd, R.read_out(rs, N), lnf_w_, lnf_b_, N);
+  if (observer_ && !use_cache)
+    if (ResidualInspector<T>* ins = observer_->residual()) R.inspect(rs, N, *ins);
 }
 
 template <class T>

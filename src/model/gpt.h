@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/residual/residual.h"
+#include "model/trace.h"
 
 namespace attnlab {
 
@@ -55,6 +56,14 @@ class GPT {
   // Forward only, full logits (B, T, V) for the planned shape (used by `attnlab grads` and tests).
   void logits(T* out, const int32_t* inputs);
   int count_valid(const int32_t* targets, size_t n) const;
+
+  // ---- Diagnostics (docs/analysis.md) ----
+  // The tracing hook: while set, every uncached forward shows each layer's attention and, after the
+  // read-out, the residual kind's states to `obs` (model/trace.h). Null (the default) turns it off.
+  void set_observer(ForwardObserver<T>* obs) { observer_ = obs; }
+  // §8.5: replace read q's stream-j retrieval by src (planned rows × d) in the training workspace's
+  // forwards (DAR only; null clears). See Residual::set_read_patch.
+  void set_read_patch(int q, int j, const T* src) { residual_->set_read_patch(*ws_.residual, q, j, src); }
 
   // ---- Inference with a KV cache (sampling, `attnlab forward`) ----
   // Prepares a cache for batch B and up to `capacity` positions, processing chunks of at most
@@ -114,6 +123,7 @@ class GPT {
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd, int N) const;
 
   Config cfg_;
+  ForwardObserver<T>* observer_ = nullptr;
   std::unique_ptr<Residual<T>> residual_;  // residual.kind: where each sublayer reads and writes
   ParamRegistry reg_;
   Buffer params_, grads_;

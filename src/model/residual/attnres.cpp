@@ -169,6 +169,14 @@ class AttnRes final : public Residual<T> {
   }
   const T* embedding_grad(ResidualState& rs, int) const override { return st(rs).dE[0]; }
 
+  void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
+    const auto& s = cst(rs);
+    ins.depth_weights(1, 0, nullptr, N, 1, 1);  // h_1 = e
+    for (int l = 2; l <= L2_; ++l) ins.depth_weights(l, 0, s.weights[l], N, candidates(l), block(l) + 1);
+    ins.depth_weights(L2_ + 1, 0, s.final_weights, N, n_entries_, n_entries_);
+    for (int j = 0; j < n_entries_; ++j) ins.history_entry(j, 0, s.S[entry_state(j)], N, C_);
+  }
+
  private:
   static AttnResState<T>& st(ResidualState& s) { return static_cast<AttnResState<T>&>(s); }
   static const AttnResState<T>& cst(const ResidualState& s) { return static_cast<const AttnResState<T>&>(s); }

@@ -400,9 +400,36 @@ void Dar<T>::depth_read(Slot& q) {
       for (int c = 0; c < C; ++c) x[c] = alpha[c] * r0[c] + alpha_c[c] * r1[c];
     }
   }
-  if (!sep_v) return;
+  if (!sep_v) {
+    if (q.patch[0] || q.patch[1]) apply_patch(q);
+    return;
+  }
   // R^j = R̄^j·W^j_V (§6.2: the same as projecting each value first), then the mix.
   for (int j = 0; j < 2; ++j) gemm(false, false, N, C, C, T(1), q.Rbar[j], C, value_w_[j], C, T(0), q.R[j], C);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const size_t row = (size_t)i * C;
+    const T *r0 = q.R[0] + row, *r1 = q.R[1] + row;
+    T* x = q.x + row;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) x[c] = alpha[c] * r0[c] + alpha_c[c] * r1[c];
+  }
+  if (q.patch[0] || q.patch[1]) apply_patch(q);
+}
+
+template <class T>
+void Dar<T>::set_read_patch(int q, int j, const T* src) {
+  ATTNLAB_CHECK(q >= 1 && q <= S_ + 1 && (j == 0 || j == 1), "DAR read patch: read ", q, ", stream ", j);
+  slots_[q].patch[j] = src;
+}
+
+template <class T>
+void Dar<T>::apply_patch(Slot& q) {
+  // §8.5: R^j ← the patch, then the mix again. Diagnostics only (training never sets a patch).
+  const int N = rows_, C = C_;
+  for (int j = 0; j < 2; ++j)
+    if (q.patch[j]) std::memcpy(q.R[j], q.patch[j], sizeof(T) * (size_t)N * C);
+  const T *alpha = q.alpha, *alpha_c = q.alpha_c;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const size_t row = (size_t)i * C;
@@ -839,6 +866,20 @@ class DarResidual final : public Residual<T> {
   T* input_grad(ResidualState& rs, int l, int N) const override { return d(rs).input_grad(l, N); }
   void read_backward(ResidualState& rs, int l, int N) const override { d(rs).read_backward(l, N); }
   const T* embedding_grad(ResidualState& rs, int N) const override { return d(rs).embedding_grad(N); }
+
+  void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
+    const Dar<T>& D = d(rs);
+    const int S = D.n_sublayers();
+    for (int q = 1; q <= S + 1; ++q)
+      for (int j = 0; j < 2; ++j) {
+        const int entries = q == S + 1 ? D.n_entries() : 1 + (q - 1) / opt_.block_size;
+        ins.depth_weights(q, j, D.depth_weights(q, j), N, D.num_candidates(q), entries);
+        ins.stream_read(q, j, D.stream_read(q, j), N, C_);
+      }
+    for (int r = 0; r < D.n_entries(); ++r)
+      for (int s = 0; s < 2; ++s) ins.history_entry(r, s, D.entry(r, s), N, C_);
+  }
+  void set_read_patch(ResidualState& rs, int q, int j, const T* src) const override { d(rs).set_read_patch(q, j, src); }
 
  private:
   static Dar<T>& d(const ResidualState& s) { return *static_cast<const DarState<T>&>(s).dar; }

@@ -129,6 +129,8 @@ class Dar {
   const T* entry(int r, int s) const;                                     // H^s_r (rows,C)
   const T* entry_grad(int r, int s) const { return r == 0 ? d_e_ : d_entry_[s][r]; }  // δH^s_r after the backward
   const DarOptions& options() const { return opt_; }
+  // §8.5 rescue gain: while set, read q's R^j is replaced by src (rows, C) before the mix (null clears).
+  void set_read_patch(int q, int j, const T* src);
 
  private:
   struct Slot {  // one sublayer l = 1..S, or the read-out (index S+1)
@@ -136,6 +138,7 @@ class Dar {
     bool partial_present = false;       // a partial block state exists before l
     T *x = nullptr, *o = nullptr, *R[2] = {}, *Rbar[2] = {}, *a[2] = {}, *S[2] = {}, *S_inv[2] = {};
     T *D[2] = {}, *sc[2] = {};  // training: dR̄^j·R̄^j per token; the logits s^j (rows, n_cand)
+    const T* patch[2] = {};     // diagnostics (§8.5): replacements of R^j, null when unpatched
     // parameters (and their gradients): queries, mix logit, transport logit, gate logits
     T *w[2] = {}, *g = nullptr, *tau = nullptr, *b[2] = {};
     T *dw[2] = {}, *dg = nullptr, *dtau = nullptr, *db[2] = {};
@@ -150,6 +153,7 @@ class Dar {
   int entry_sublayer(int r) const;  // the sublayer whose state is entry r ≥ 1
   void build_tables();
   void depth_read(Slot& q);
+  void apply_patch(Slot& q);
   void depth_read_backward(Slot& q, const T* dx);
   void entry_backward(int r);
   T* query_partial(int tid, int q, int j) const;

@@ -32,6 +32,7 @@ struct HyperState : ResidualState {
   // backward
   T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
     *dpack = nullptr, *sums = nullptr;
+  std::vector<const T*> patch;  // §8.5 diagnostics: [l·n + s] replaces stream s's share of read l (l = 2L+1: read-out)
   int cur = 0;  // dX[cur] holds dLoss/dX_l during sublayer l's backward
 };
 
@@ -105,6 +106,7 @@ class Hyper final : public Residual<T> {
       s.o[l] = training ? arena.template take<T>(rows * C_) : o;
     }
     s.final_out = arena.template take<T>(rows * C_);
+    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
     s.pack = arena.template take<T>((size_t)C_ * P_);
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd);
@@ -143,6 +145,10 @@ class Hyper final : public Residual<T> {
       for (int r = 0; r < n_; ++r) m[r] = s_alpha * t[r * P_ + 1] + p.m0[r];
       streams::combine(h + (size_t)i * C_, m, X + (size_t)i * n_ * C_, C_, n_, C_);  // u = Σ_s m_s X_s
     }
+    for (int s2 = 0; s2 < n_; ++s2)  // §8.5 diagnostics: a patched stream's share m_s·X_s
+      if (const T* P = s.patch[(size_t)l * n_ + s2])
+        streams::patch_contribution(h, P, X, s2, N, n_, C_,
+                                    [&](int i) { return s_alpha * tau[(size_t)i * n_ * P_ + s2 * P_ + 1] + p.m0[s2]; });
     return h;
   }
   T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
@@ -168,11 +174,40 @@ class Hyper final : public Residual<T> {
     }
   }
   const T* read_out(ResidualState& rs, int N) const override {
-    streams::collapse(st(rs).final_out, st(rs).X[L2_], N, n_, C_);
-    return st(rs).final_out;
+    auto& s = st(rs);
+    streams::collapse(s.final_out, s.X[L2_], N, n_, C_);
+    for (int s2 = 0; s2 < n_; ++s2)  // §8.5 diagnostics: the read-out's share of stream s is X_s
+      if (const T* P = s.patch[(size_t)(L2_ + 1) * n_ + s2])
+        streams::patch_contribution(s.final_out, P, s.X[L2_], s2, N, n_, C_, [](int) { return T(1); });
+    return s.final_out;
+  }
+  void set_read_patch(ResidualState& rs, int q, int j, const T* src) const override {
+    if (q < 1 || q > L2_ + 1 || j < 0 || j >= n_) fail("hyper read patch: no read ", q, " of stream ", j);
+    st(rs).patch[(size_t)q * n_ + j] = src;
   }
   const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
   const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+  void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
+    const auto& s = cst(rs);
+    const int n = n_, M = 2 * n + n * n;
+    std::vector<T> maps((size_t)N * M);  // diagnostics only: never called in a training step
+    ins.streams(0, s.X[0], N, n, C_);
+    for (int l = 1; l <= L2_; ++l) {
+      const Params& p = p_[l];
+      for (int i = 0; i < N; ++i) {  // m_s, β_u and A_su from the saved tanh values (§5.2)
+        const T* t = s.tau[l] + (size_t)i * n * P_;
+        T* m = maps.data() + (size_t)i * M;
+        for (int r = 0; r < n; ++r) {
+          m[r] = *p.s_alpha * t[r * P_ + 1] + p.m0[r];
+          m[n + r] = *p.s_beta * t[r * P_] + p.beta0[r];
+          for (int u = 0; u < n; ++u)  // res_ur = A_ru: X′_u = Σ_r A_ru X_r
+            m[2 * n + u * n + r] = *p.s_alpha * t[r * P_ + 2 + u] + p.a0[r * n + u];
+        }
+      }
+      ins.stream_maps(l, maps.data(), N, n);
+      ins.streams(l, s.X[l], N, n, C_);
+    }
+  }
 
   T* read_out_grad(ResidualState& rs, int N) const override {
     std::memset(st(rs).dh, 0, sizeof(T) * N * C_);

@@ -39,6 +39,7 @@ struct MhcState : ResidualState {
   // backward
   T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
     *dpack = nullptr, *sums = nullptr, *work = nullptr;
+  std::vector<const T*> patch;  // §8.5 diagnostics: [l·n + s] replaces stream s's share of read l (l = 2L+1: read-out)
   int cur = 0, threads = 0;
 };
 
@@ -115,6 +116,7 @@ class Mhc final : public Residual<T> {
       s.o[l] = training ? arena.template take<T>(rows * C_) : o;
     }
     s.final_out = arena.template take<T>(rows * C_);
+    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
     s.pack = arena.template take<T>((size_t)nd_ * M_);
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd_);
@@ -174,6 +176,9 @@ class Mhc final : public Residual<T> {
         streams::combine(h + (size_t)i * C_, Hi, X + (size_t)i * nd_, C_, n, C_);  // u = Σ_s Hpre_s X_s
       }
     }
+    for (int s2 = 0; s2 < n; ++s2)  // §8.5 diagnostics: a patched stream's share Hpre_s·X_s
+      if (const T* P = s.patch[(size_t)l * n + s2])
+        streams::patch_contribution(h, P, X, s2, N, n, C_, [&](int i) { return H[(size_t)i * M_ + s2]; });
     return h;
   }
   T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
@@ -193,11 +198,27 @@ class Mhc final : public Residual<T> {
     }
   }
   const T* read_out(ResidualState& rs, int N) const override {
-    streams::collapse(st(rs).final_out, st(rs).X[L2_], N, n_, C_);
-    return st(rs).final_out;
+    auto& s = st(rs);
+    streams::collapse(s.final_out, s.X[L2_], N, n_, C_);
+    for (int s2 = 0; s2 < n_; ++s2)  // §8.5 diagnostics: the read-out's share of stream s is X_s
+      if (const T* P = s.patch[(size_t)(L2_ + 1) * n_ + s2])
+        streams::patch_contribution(s.final_out, P, s.X[L2_], s2, N, n_, C_, [](int) { return T(1); });
+    return s.final_out;
+  }
+  void set_read_patch(ResidualState& rs, int q, int j, const T* src) const override {
+    if (q < 1 || q > L2_ + 1 || j < 0 || j >= n_) fail("mhc read patch: no read ", q, " of stream ", j);
+    st(rs).patch[(size_t)q * n_ + j] = src;
   }
   const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
   const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+  void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
+    const auto& s = cst(rs);
+    ins.streams(0, s.X[0], N, n_, C_);
+    for (int l = 1; l <= L2_; ++l) {
+      ins.stream_maps(l, s.H[l], N, n_);  // [Hpre | Hpost | Hres] per token, as stored
+      ins.streams(l, s.X[l], N, n_, C_);
+    }
+  }
 
   T* read_out_grad(ResidualState& rs, int N) const override {
     std::memset(st(rs).dh, 0, sizeof(T) * N * C_);

@@ -35,8 +35,10 @@
 #include <string>
 
 #include "core/arena.h"
+#include "core/error.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/trace.h"
 
 namespace attnlab {
 
@@ -83,6 +85,16 @@ class Residual {
   virtual T* input_grad(ResidualState& s, int l, int N) const = 0;
   virtual void read_backward(ResidualState& s, int l, int N) const = 0;
   virtual const T* embedding_grad(ResidualState& s, int N) const = 0;
+
+  // ---- diagnostics (docs/mechanisms.md §8.3–§8.5, docs/analysis.md) ----
+  // Shows the states of the last forward over N rows to an inspector (model/trace.h). Needs a
+  // training-planned state (which keeps every sublayer's values); `standard` shows nothing.
+  virtual void inspect(const ResidualState& /*s*/, int /*N*/, ResidualInspector<T>& /*ins*/) const {}
+  // The §8.5 patch: while set, read q's stream-j retrieval R^j is replaced by src (N, C) before the
+  // mix, in every forward (null clears it). Only DAR has stream reads; other kinds refuse.
+  virtual void set_read_patch(ResidualState& /*s*/, int /*q*/, int /*j*/, const T* /*src*/) const {
+    fail("residual.kind = ", kind(), " has no stream reads to patch");
+  }
 };
 
 // The residual kind of `cfg.residual.kind`.

@@ -193,4 +193,19 @@ T inv_rms(const T* x, int C) {
   return T(1.0 / std::sqrt(double(sq) / C + 1e-6));
 }
 
+// Diagnostics only (docs/mechanisms.md §8.5 for HC and mHC): replaces stream s's contribution to a
+// sublayer input, u += P − w_s·X_s per token, with w_s = weight(i) (the read weight of token i) and
+// P (N, C) the replacement. Never called in training.
+template <class T, class Weight>
+void patch_contribution(T* u, const T* P, const T* X, int s, int N, int n, int C, Weight weight) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T w = weight(i);
+    const T* x = X + ((size_t)i * n + s) * C;
+    const T* p = P + (size_t)i * C;
+    T* y = u + (size_t)i * C;
+    for (int c = 0; c < C; ++c) y[c] += p[c] - w * x[c];
+  }
+}
+
 }  // namespace attnlab::streams

@@ -1,0 +1,144 @@
+// `attnlab analyze`: the diagnostics of docs/mechanisms.md §8.1–§8.5 for a checkpoint on a token
+// shard, written as DIR/analysis.json (schema: docs/analysis.md), then one PNG per diagnostic by
+// scripts/plot_analysis.py (Debian's python3-matplotlib, run with /usr/bin/python3). Without python3
+// or matplotlib the JSON is still written and a note says how to get the plots.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "data/shard.h"
+#include "eval/analyze.h"
+#include "train/checkpoint.h"
+
+namespace attnlab::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct AnalyzeArgs {
+  std::string checkpoint, data, out, plot_script;
+  int sequences = 64, batch_size = 8, cka_tokens = 4096, bootstrap = 1000;
+  uint64_t seed = 0;
+  bool no_plots = false, no_rescue_by_depth = false;
+};
+
+// The plotting script: --plot-script, else next to the binary's source tree as CMake built it
+// (ATTNLAB_SOURCE_DIR), else scripts/ relative to the working directory.
+std::string find_plot_script(const AnalyzeArgs& a) {
+  if (!a.plot_script.empty()) return a.plot_script;
+  std::vector<fs::path> candidates;
+#ifdef ATTNLAB_SOURCE_DIR
+  candidates.push_back(fs::path(ATTNLAB_SOURCE_DIR) / "scripts" / "plot_analysis.py");
+#endif
+  candidates.push_back(fs::path("scripts") / "plot_analysis.py");
+  for (const auto& c : candidates)
+    if (fs::exists(c)) return c.string();
+  return "";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+void run_analyze(const AnalyzeArgs& a) {
+  const Config cfg = read_checkpoint_config(a.checkpoint);
+  GPT<float> model(cfg);
+  load_checkpoint(a.checkpoint, model, nullptr, nullptr);
+  Shard shard = Shard::open(a.data);
+  shard.validate_vocab(cfg.model.vocab_size);
+  const int T = cfg.model.seq_len;
+  if (a.sequences < 1) fail("--sequences must be at least 1");
+  if (shard.size() < (size_t)T + 1) fail("data ", a.data, " has ", shard.size(), " tokens, fewer than model.seq_len + 1 = ", T + 1);
+  // §8: validation windows of the training length with a fixed seed; §8.5's corrupting windows by a
+  // second seeded draw (the pairing is by index).
+  const auto seqs = draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed);
+  const std::string& kind = cfg.residual.kind;
+  const auto corrupt = kind == "dar" || kind == "hyper" || kind == "mhc" ? draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed + 1)
+                                                  : std::vector<int32_t>{};
+  AnalyzeOptions opt;
+  opt.batch = a.batch_size;
+  opt.cka_tokens = a.cka_tokens;
+  opt.bootstrap = a.bootstrap;
+  opt.seed = a.seed;
+  opt.rescue_by_depth = !a.no_rescue_by_depth;
+  std::printf("analyze %s on %s: %d sequences of %d tokens (seed %llu)\n", a.checkpoint.c_str(), a.data.c_str(), a.sequences, T,
+              (unsigned long long)a.seed);
+  std::fflush(stdout);
+  nlohmann::json j = analyze(model, seqs, corrupt, a.sequences, T, opt);
+  j["checkpoint"] = a.checkpoint;
+  j["data"] = a.data;
+
+  fs::create_directories(a.out);
+  const std::string path = (fs::path(a.out) / "analysis.json").string(), tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) fail("cannot write ", tmp);
+    f << j.dump(1) << "\n";
+    if (!f.good()) fail("cannot write ", tmp);
+  }
+  fs::rename(tmp, path);
+  std::printf("wrote %s (loss %.4f)\n", path.c_str(), j["loss"].is_number() ? j["loss"].get<double>() : NAN);
+  for (const auto& l : j["attention"]["layers"])
+    std::printf("  layer %d: cos_yv %.3f (heads %.3f..%.3f), self %.3f, vsim %.3f%s\n", l["layer"].get<int>(),
+                l["cos_yv"]["mean"].get<double>(), l["cos_yv"]["min"].get<double>(), l["cos_yv"]["max"].get<double>(),
+                l["self"]["mean"].get<double>(), l["vsim"]["mean"].get<double>(),
+                l["cos_zv"].is_null() ? "" : ("  cos_zv " + std::to_string(l["cos_zv"]["mean"].get<double>())).c_str());
+  if (!j["rescue"].is_null()) {
+    std::printf("  rescue gain of the others when stream s is patched (§8.5):");
+    int s = 0;
+    for (const auto& g : j["rescue"]["RG_when_patched"]) {
+      const double v = g["value"].is_number() ? g["value"].get<double>() : NAN, se = g["se"].is_number() ? g["se"].get<double>() : NAN;
+      std::printf(" s=%d: %.3f ± %.3f", s++, v, se);
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  if (a.no_plots) return;
+
+  const std::string py = "/usr/bin/python3", script = find_plot_script(a);
+  if (::access(py.c_str(), X_OK) != 0) {
+    std::printf("note: %s is missing: wrote the JSON only (plots need Debian's python3 and python3-matplotlib)\n", py.c_str());
+    return;
+  }
+  if (script.empty()) {
+    std::printf("note: scripts/plot_analysis.py not found (pass --plot-script): wrote the JSON only\n");
+    return;
+  }
+  const std::string cmd = py + " " + shell_quote(script) + " " + shell_quote(path) + " " + shell_quote(a.out);
+  const int rc = std::system(cmd.c_str());
+  const int code = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  if (code == 3)
+    std::printf("note: matplotlib is not installed for %s: wrote the JSON only (apt-get install python3-matplotlib, then run "
+                "%s %s %s)\n", py.c_str(), py.c_str(), script.c_str(), path.c_str());
+  else if (code != 0)
+    std::printf("note: the plotting script failed (exit %d): the JSON is complete\n", code);
+}
+
+}  // namespace
+
+void register_analyze(CLI::App& app) {
+  auto* a = new AnalyzeArgs;
+  auto* cmd = app.add_subcommand("analyze", "the diagnostics of docs/mechanisms.md §8 as analysis.json and plots (docs/analysis.md)");
+  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+  cmd->add_option("--data", a->data, "token shard (validation data, from `attnlab prepare`)")->required();
+  cmd->add_option("--out", a->out, "output directory (analysis.json and the PNGs)")->required();
+  cmd->add_option("--sequences", a->sequences, "validation windows of model.seq_len tokens (default 64)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", a->seed, "seed of the window draw, the CKA token sample and the bootstrap (default 0)");
+  cmd->add_option("--batch-size", a->batch_size, "sequences per forward (default 8)")->check(CLI::PositiveNumber);
+  cmd->add_option("--cka-tokens", a->cka_tokens, "tokens sampled for CKA, §8.4 (default 4096)")->check(CLI::PositiveNumber);
+  cmd->add_option("--bootstrap", a->bootstrap, "bootstrap resamples for §8.5's standard errors (default 1000)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-rescue-by-depth", a->no_rescue_by_depth, "DAR, HC, mHC: skip §8.5's per-read patches (n·(2L+1) forwards per batch)");
+  cmd->add_flag("--no-plots", a->no_plots, "write analysis.json only");
+  cmd->add_option("--plot-script", a->plot_script, "the plotting script (default: scripts/plot_analysis.py of the source tree)");
+  cmd->callback([a] { run_analyze(*a); });
+}
+
+}  // namespace attnlab::cli
