@@ -25,5 +25,6 @@ void register_data(CLI::App& app);
 void register_train(CLI::App& app);
 void register_infer(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_task(CLI::App& app);
 
 }  // namespace attnlab::cli

@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   attnlab::cli::register_train(app);
   attnlab::cli::register_infer(app);
   attnlab::cli::register_bench(app);
+  attnlab::cli::register_task(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
