@@ -57,10 +57,10 @@ TEST(Tasks, CharTokenizerHas70Ids) {
 }
 
 // The same seed gives the same bytes, on any machine (our own RNG, no std distributions): hashes of
-// 64 samples per task recorded once. Another seed gives other bytes.
+// 64 samples per task (Ls = 129, depth 0.3, seed 42) recorded once. Another seed gives other bytes.
 TEST(Tasks, FixedSeedFixedBytes) {
   const std::pair<const char*, uint64_t> expect[] = {
-      {"passkey", 0x0ULL}, {"needle", 0x0ULL}, {"mqar", 0x0ULL}};
+      {"passkey", 0x34b4babe5bbe1aa1ULL}, {"needle", 0x045c44c7af385222ULL}, {"mqar", 0x4ae3788d62173923ULL}};
   for (const auto& [name, h_expected] : expect) {
     SCOPED_TRACE(name);
     auto t = task(name);
@@ -73,7 +73,6 @@ TEST(Tasks, FixedSeedFixedBytes) {
     for (int i = 0; i < 64; ++i) again = fnv1a(make(*t, 129, 0.3, 42, i).tok, again);
     EXPECT_EQ(h, again);
     EXPECT_NE(h, h2);
-    std::printf("%s: 0x%016llxULL\n", name, (unsigned long long)h);
     EXPECT_EQ(h, h_expected);
   }
 }
