@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
 
 #include "core/error.h"
 #include "eval/tasks.h"
+#include "kernels/cross_entropy.h"
 #include "model/config.h"
 #include "model/gpt.h"
 
@@ -270,4 +272,48 @@ TEST(Tasks, TrainsThroughTheTrainingLoop) {
   EXPECT_LT(last, first);
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
   fs::remove_all(dir);
+}
+
+// The loss weights inside the fused LM head: row i's gradient is grad_scale·w_i·(p − onehot) and the
+// return value Σ w_i·loss_i. Checked against unweighted calls on one row at a time with grad_scale·w_i
+// (the same operations per row, so equal to rounding of the shared GEMMs: 1e-6 relative), weight 0
+// gives a zero dx row, and all-ones weights equal no weights bit for bit. The argmax output of the
+// loss-only head equals the argmax of the full logits.
+TEST(Tasks, WeightedLmHeadAndArgmax) {
+  const int N = 6, C = 8, V = 11;
+  Rng r(2);
+  std::vector<float> x(N * C), wte(V * C), w = {0.5f, 0.0f, 2.0f, 1.0f, 3.0f, 0.25f}, ones(N, 1.0f);
+  for (auto& v : x) v = (float)r.normal();
+  for (auto& v : wte) v = (float)r.normal();
+  std::vector<int32_t> tg = {1, 4, 10, 0, 7, 3};
+  std::vector<float> scratch(kernels::lm_head_scratch_size(4, V)), losses(N);
+  std::vector<float> dx(N * C), dwte(V * C, 0.0f), dx1(N * C), dwte1(V * C, 0.0f), dxr(C), dwter(V * C, 0.0f);
+  const double total = kernels::lm_head_ce_forward_backward(dx.data(), dwte.data(), losses.data(), x.data(), wte.data(), tg.data(), N, C,
+                                                            V, 0.1f, scratch.data(), 4, w.data());
+  double want = 0;
+  for (int i = 0; i < N; ++i) {
+    want += (double)w[i] * (double)losses[i];
+    kernels::lm_head_ce_forward_backward(dxr.data(), dwter.data(), (float*)nullptr, x.data() + i * C, wte.data(), tg.data() + i, 1, C, V,
+                                         0.1f * w[i], scratch.data(), 4);
+    for (int c = 0; c < C; ++c) EXPECT_NEAR(dx[i * C + c], dxr[c], 1e-6 * (1 + std::fabs(dxr[c])));
+    if (w[i] == 0) {
+      for (int c = 0; c < C; ++c) EXPECT_EQ(dx[i * C + c], 0.0f);
+    }
+  }
+  for (int k = 0; k < V * C; ++k) EXPECT_NEAR(dwte[k], dwter[k], 1e-6 * (1 + std::fabs(dwter[k])));
+  EXPECT_NEAR(total, want, 1e-9 * want);
+  std::vector<float> dx0(N * C), dwte0(V * C, 0.0f);
+  const double t1 = kernels::lm_head_ce_forward_backward(dx1.data(), dwte1.data(), (float*)nullptr, x.data(), wte.data(), tg.data(), N, C,
+                                                         V, 0.1f, scratch.data(), 4, ones.data());
+  const double t0 = kernels::lm_head_ce_forward_backward(dx0.data(), dwte0.data(), (float*)nullptr, x.data(), wte.data(), tg.data(), N, C,
+                                                         V, 0.1f, scratch.data(), 4);
+  EXPECT_EQ(t1, t0);
+  EXPECT_EQ(dx1, dx0);
+  EXPECT_EQ(dwte1, dwte0);
+  std::vector<int32_t> arg(N);
+  std::vector<float> logits(N * V);
+  kernels::lm_head_ce_forward(losses.data(), x.data(), wte.data(), tg.data(), N, C, V, scratch.data(), 4, arg.data());
+  kernels::lm_head_logits(logits.data(), x.data(), wte.data(), N, C, V);
+  for (int i = 0; i < N; ++i)
+    EXPECT_EQ(arg[i], int32_t(std::max_element(logits.begin() + i * V, logits.begin() + (i + 1) * V) - (logits.begin() + i * V)));
 }
