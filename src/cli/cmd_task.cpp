@@ -19,6 +19,8 @@ namespace {
 struct TaskArgs {
   std::string name;
   bool do_train = false, do_eval = false, quiet = false;
+  std::string resume;
+  int stop_after = -1;
   ConfigArgs config;
   tasks::TaskParams params;
   // eval
@@ -47,16 +49,19 @@ void run_task(TaskArgs& a) {
   if (a.do_train) {
     for (const auto& s : a.config.sets)
       if (s.rfind("model.vocab_size", 0) == 0) fail("--set model.vocab_size: the task fixes the vocabulary");
-    Config cfg0 = a.config.resolve();
+    const bool from_checkpoint = !a.resume.empty() && a.config.config_file.empty() && a.config.preset.empty();
+    Config cfg0 = from_checkpoint ? resume_config(a.resume, a.config.sets) : a.config.resolve();
     auto task = std::shared_ptr<const tasks::Task>(tasks::Task::make(a.params, cfg0.model.seq_len));
     // The task's vocabulary, applied last (no shard is read, so data.* is unused).
     ConfigArgs with_vocab = a.config;
     with_vocab.sets.push_back("model.vocab_size=" + std::to_string(task->vocab_size()));
-    const Config cfg = with_vocab.resolve();
+    const Config cfg = from_checkpoint ? resume_config(a.resume, with_vocab.sets) : with_vocab.resolve();
     if (!a.quiet) std::printf("# resolved configuration\n%s\n", cfg.to_text().c_str());
     tasks::TaskTrainData data(task, cfg.train.batch_size, cfg.model.seq_len, cfg.train.seed);
     TrainOptions opts;
     opts.quiet = a.quiet;
+    opts.resume = a.resume;
+    opts.stop_after = a.stop_after;
     train(cfg, opts, data);
     return;
   }
@@ -102,6 +107,8 @@ void register_task(CLI::App& app) {
   cmd->add_flag("--eval", a->do_eval, "evaluate --checkpoint on fresh samples at --lengths");
   a->config.add_to(cmd);
   cmd->add_flag("--quiet", a->quiet, "with --train: no progress lines");
+  cmd->add_option("--resume", a->resume, "with --train: resume exactly from a checkpoint of this task's run (give the same task options)");
+  cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run");
   cmd->add_option("--keys", a->params.mqar_keys, "mqar: K distinct keys and K values (vocabulary 3 + 2K; default 64 in training, the checkpoint's in evaluation)");
   cmd->add_option("--kv-pairs", a->params.kv_pairs, "mqar: key-value pairs per sample (default min(K, model.seq_len/8))");
   cmd->add_option("--queries", a->params.queries, "mqar: queries per sample (default: the number of pairs)");

@@ -87,6 +87,19 @@ for t in passkey needle mqar; do
     bad "task $t: $(tail -3 "$WORK/$t.log") $(tail -3 "$WORK/$t.eval" 2>/dev/null)"
   fi
 done
+# Exact resume of a task run: steps 3 and 4 replayed from step 2's checkpoint give the same losses.
+R="$WORK/resume"
+if "$BIN" task mqar --train --keys 16 --kv-pairs 6 --preset tiny --set model.seq_len=80 --set train.steps=4 --set train.ckpt_every=2 \
+     --set train.eval_every=0 --set "train.out_dir=\"$R\"" --quiet >"$WORK/r.log" 2>&1 \
+   && "$BIN" task mqar --train --keys 16 --kv-pairs 6 --resume "$R/step_000002.safetensors" --quiet >>"$WORK/r.log" 2>&1; then
+  l1=$(grep '"step":4,"loss"' "$R/metrics.jsonl" | head -1 | sed 's/.*"loss":\([^,]*\),.*/\1/')
+  l2=$(grep '"step":4,"loss"' "$R/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/')
+  n=$(grep -c '"step":4,"loss"' "$R/metrics.jsonl")
+  [ "$n" -eq 2 ] && [ -n "$l1" ] && [ "$l1" == "$l2" ] && ok "task resume is exact (step 4 loss $l1 twice)" || bad "task resume: $n lines, '$l1' vs '$l2'"
+else
+  bad "task resume: $(tail -3 "$WORK/r.log")"
+fi
+
 a=$("$BIN" task passkey --eval --checkpoint "$WORK/passkey/model.safetensors" --lengths 1 --samples 5 --seed 3 | tail -1)
 b=$("$BIN" task passkey --eval --checkpoint "$WORK/passkey/model.safetensors" --lengths 1 --samples 5 --seed 3 | tail -1)
 [ "${a% *}" == "${b% *}" ] && ok "task eval is deterministic for a seed" || bad "task eval differs: '$a' vs '$b'"
