@@ -8,8 +8,10 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/files.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "eval/long_context.h"
 #include "eval/npy.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -25,7 +27,14 @@ std::unique_ptr<GPT<float>> load_model(const std::string& path) {
   return model;
 }
 
-struct EvalArgs { std::string checkpoint, data; int seq_len = 0, batch_size = 8, batches = 0; };
+struct EvalArgs {
+  std::string checkpoint, data;
+  int seq_len = 0, batch_size = 8, batches = 0;
+  // length extrapolation (docs/long-context.md)
+  std::string lengths, json;
+  size_t tokens = 0;
+  int chunk = 0, bucket = 0, bos = 1;
+};
 struct ForwardArgs { std::string checkpoint, tokens, out; };
 struct SampleArgs {
   std::string checkpoint, prompt, tokenizer;
@@ -35,7 +44,28 @@ struct SampleArgs {
 };
 struct GradsArgs { std::string checkpoint, tokens, out; };
 
+void run_length_eval(const EvalArgs& a) {
+  if (a.seq_len > 0 || a.batches > 0) fail("--lengths replaces --seq-len and --batches (use --tokens for the budget)");
+  const Config cfg = read_checkpoint_config(a.checkpoint);
+  LengthEvalOptions o;
+  o.lengths = parse_lengths(a.lengths, cfg.model.seq_len);
+  o.token_budget = a.tokens;
+  o.batch_size = a.batch_size;
+  o.chunk = a.chunk;
+  o.bucket = a.bucket;
+  o.bos_id = a.bos;
+  Shard shard = Shard::open(a.data);
+  const LengthEvalReport rep = evaluate_lengths(a.checkpoint, shard, o);
+  std::printf("eval %s on %s\n%s", a.checkpoint.c_str(), a.data.c_str(), length_report_table(rep).c_str());
+  if (!a.json.empty()) {
+    data_files::write_file_atomically(a.json, {length_report_json(rep).dump(2), "\n"}, "JSON report");
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
+
 void run_eval(const EvalArgs& a) {
+  if (!a.lengths.empty()) return run_length_eval(a);
+  if (!a.json.empty() || a.tokens || a.chunk || a.bucket) fail("--json, --tokens, --chunk and --bucket need --lengths");
   auto model = load_model(a.checkpoint);
   const int T = a.seq_len > 0 ? a.seq_len : model->config().model.seq_len;
   model->plan(a.batch_size, T);
@@ -155,6 +185,16 @@ void register_infer(CLI::App& app) {
     cmd->add_option("--seq-len", a->seq_len, "evaluation length (default: model.seq_len)");
     cmd->add_option("--batch-size", a->batch_size, "sequences per batch")->check(CLI::PositiveNumber);
     cmd->add_option("--batches", a->batches, "at most this many batches (default: the whole shard)");
+    cmd->add_option("--lengths", a->lengths,
+                    "length extrapolation (docs/long-context.md): BOS-prefixed blocks of these lengths, multiples of "
+                    "model.seq_len (1,2,4,8) or tokens with the suffix tok (3000tok)");
+    cmd->add_option("--tokens", a->tokens, "with --lengths: tokens scored per length (default: 2^20, or what the shard holds)");
+    cmd->add_option("--chunk", a->chunk, "with --lengths: tokens per KV-cached forward chunk (default: model.seq_len)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (default: model.seq_len)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (default 1, attnlab prepare's BOS)");
+    cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file");
     cmd->callback([a] { run_eval(*a); });
   }
   {

@@ -22,14 +22,7 @@ void register_train(CLI::App& app) {
     cmd->callback([args, opts] {
       Config cfg;
       if (!opts->resume.empty() && args->config_file.empty() && args->preset.empty()) {
-        // Resume with the stored configuration, plus any --set (e.g. more train.steps).
-        const Config stored = read_checkpoint_config(opts->resume);
-        std::vector<Assignment> as;
-        const auto j = stored.to_json();
-        for (auto it = j.begin(); it != j.end(); ++it)
-          as.push_back({it.key(), it->is_string() ? "\"" + it->get<std::string>() + "\"" : it->dump(), opts->resume});
-        for (const auto& s : args->sets) as.push_back(parse_override(s));
-        cfg = resolve_config(as);
+        cfg = resume_config(opts->resume, args->sets);
       } else {
         cfg = args->resolve();
       }

@@ -4,12 +4,14 @@
 #endif
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/common.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "model/version.h"
+#include "train/checkpoint.h"
 
 namespace attnlab::cli {
 
@@ -30,6 +32,16 @@ Config ConfigArgs::resolve() const {
     auto f = parse_config_file(config_file);
     as.insert(as.end(), f.begin(), f.end());
   }
+  for (const auto& s : sets) as.push_back(parse_override(s));
+  return resolve_config(as);
+}
+
+Config resume_config(const std::string& checkpoint, const std::vector<std::string>& sets) {
+  const Config stored = read_checkpoint_config(checkpoint);
+  std::vector<Assignment> as;
+  const auto j = stored.to_json();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    as.push_back({it.key(), it->is_string() ? "\"" + it->get<std::string>() + "\"" : it->dump(), checkpoint});
   for (const auto& s : sets) as.push_back(parse_override(s));
   return resolve_config(as);
 }
@@ -88,6 +100,7 @@ int main(int argc, char** argv) {
   attnlab::cli::register_infer(app);
   attnlab::cli::register_bench(app);
   attnlab::cli::register_analyze(app);
+  attnlab::cli::register_task(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -152,9 +152,13 @@ inline void check_args(int N, int C, int V, const void* scratch, int chunk_rows)
 // x (N,C) final normalized hidden; wte (V,C); targets (N) int32, < 0 = ignored;
 // scratch: lm_head_scratch_size(chunk_rows, V) elements. Returns Σ loss over valid targets (double).
 // dlogits = grad_scale·(p − onehot): grad_scale is e.g. 1/(valid targets in the batch · grad_accum).
+// row_weights (N), optional: per-row loss weights w_i (a synthetic task's answer weighting,
+// src/eval/tasks.h). Row i's gradient is then grad_scale·w_i·(p − onehot) and the return value
+// Σ w_i·loss_i; the per-row `losses` stay unweighted.
 template <class T>
 double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const T* wte, const int32_t* targets,
-                                   int N, int C, int V, T grad_scale, T* scratch, int chunk_rows) {
+                                   int N, int C, int V, T grad_scale, T* scratch, int chunk_rows,
+                                   const T* row_weights = nullptr) {
   ce_detail::check_args(N, C, V, scratch, chunk_rows);
   ce_detail::check_targets(targets, N, V);
   T* row_loss = scratch + (size_t)chunk_rows * V;
@@ -166,12 +170,16 @@ double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const 
     gemm(false, true, n, V, C, T(1), xr, C, wte, C, T(0), scratch, V);
 #pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
     for (int i = 0; i < n; ++i)
-      row_loss[i] = softmax_ce_row_forward_backward(scratch + (size_t)i * V, V, targets[r0 + i], grad_scale);
+      row_loss[i] = softmax_ce_row_forward_backward(scratch + (size_t)i * V, V, targets[r0 + i],
+                                                    row_weights ? T(grad_scale * row_weights[r0 + i]) : grad_scale);
     // dx_rows (n,C) = dlogits (n,V) · wte (V,C)
     gemm(false, false, n, C, V, T(1), scratch, V, wte, C, T(0), dx + (size_t)r0 * C, C);
     // dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C)
     gemm(true, false, V, C, n, T(1), scratch, V, xr, C, T(1), dwte, C);
-    for (int i = 0; i < n; ++i) total += (double)row_loss[i];
+    if (row_weights)
+      for (int i = 0; i < n; ++i) total += (double)row_weights[r0 + i] * (double)row_loss[i];
+    else
+      for (int i = 0; i < n; ++i) total += (double)row_loss[i];
     if (losses) std::copy(row_loss, row_loss + n, losses + r0);
   }
   return total;
@@ -179,9 +187,10 @@ double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const 
 
 // Evaluation: Σ loss over valid targets, same chunking; losses (N) may be null.
 // x (N,C), wte (V,C), targets (N); scratch: lm_head_scratch_size(chunk_rows, V) elements.
+// argmax (N), optional: the id of each row's largest logit (the lowest id among ties), for accuracy.
 template <class T>
 double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* targets, int N, int C, int V,
-                          T* scratch, int chunk_rows) {
+                          T* scratch, int chunk_rows, int32_t* argmax = nullptr) {
   ce_detail::check_args(N, C, V, scratch, chunk_rows);
   ce_detail::check_targets(targets, N, V);
   T* row_loss = scratch + (size_t)chunk_rows * V;
@@ -191,6 +200,11 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
     gemm(false, true, n, V, C, T(1), x + (size_t)r0 * C, C, wte, C, T(0), scratch, V);
 #pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
     for (int i = 0; i < n; ++i) row_loss[i] = softmax_ce_row_forward(scratch + (size_t)i * V, V, targets[r0 + i]);
+    if (argmax)
+      for (int i = 0; i < n; ++i) {
+        const T* row = scratch + (size_t)i * V;
+        argmax[r0 + i] = int32_t(std::max_element(row, row + V) - row);
+      }
     for (int i = 0; i < n; ++i) total += (double)row_loss[i];
     if (losses) std::copy(row_loss, row_loss + n, losses + r0);
   }

@@ -452,13 +452,13 @@ int GPT<T>::count_valid(const int32_t* targets, size_t n) const {
 }
 
 template <class T>
-double GPT<T>::train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale) {
+double GPT<T>::train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale, const T* weights) {
   ATTNLAB_CHECK(arena_.committed(), "plan() before train_micro_step()");
   const int N = B_ * T_;
   count_valid(targets, N);
   forward(ws_, inputs, 0, false);
   const double loss = kernels::lm_head_ce_forward_backward(ws_.dln, dwte_, (T*)nullptr, ws_.lnf, wte_, targets, N, cfg_.model.d_model,
-                                                           cfg_.model.vocab_size, grad_scale, ws_.ce_scratch, ws_.ce_chunk);
+                                                           cfg_.model.vocab_size, grad_scale, ws_.ce_scratch, ws_.ce_chunk, weights);
   backward(ws_, inputs);
   return loss;
 }
@@ -522,6 +522,24 @@ void GPT<T>::forward_cached(T* logits, const int32_t* tokens, int Tq, bool last_
   for (int b = 0; b < inf_B_; ++b)
     std::memcpy(inf_logits_scratch_ + (size_t)b * C, inf_ws_.lnf + ((size_t)b * Tq + Tq - 1) * C, C * sizeof(T));
   kernels::lm_head_logits(logits, inf_logits_scratch_, wte_, inf_B_, C, V);
+}
+
+template <class T>
+double GPT<T>::forward_cached_loss(const int32_t* tokens, const int32_t* targets, int Tq, T* losses, int32_t* argmax) {
+  ATTNLAB_CHECK(inf_arena_.committed(), "plan_inference() before forward_cached_loss()");
+  const ModelConfig& m = cfg_.model;
+  if (Tq < 1 || (size_t)inf_B_ * Tq > (size_t)inf_max_rows_)
+    fail("chunk of ", Tq, " tokens exceeds the planned inference chunk");
+  if (cache_len_ + Tq > cache_cap_)
+    fail("KV cache is full: ", cache_len_, " + ", Tq, " tokens exceed its capacity of ", cache_cap_);
+  const int N = inf_B_ * Tq;
+  count_valid(targets, N);
+  inf_ws_.B = inf_B_;
+  inf_ws_.seq = Tq;
+  forward(inf_ws_, tokens, cache_len_, true);
+  cache_len_ += Tq;
+  return kernels::lm_head_ce_forward(losses, inf_ws_.lnf, wte_, targets, N, m.d_model, m.vocab_size, inf_ws_.ce_scratch,
+                                     inf_ws_.ce_chunk, argmax);
 }
 
 template class GPT<float>;

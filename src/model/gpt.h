@@ -50,7 +50,9 @@ class GPT {
   // One micro-batch: forward, fused LM-head cross-entropy forward+backward, backward. Gradients
   // accumulate (+=) scaled by grad_scale (pass 1/(valid targets × grad_accum) for a mean).
   // inputs/targets are (B, T) int32; a negative target is ignored. Returns the SUM of the losses.
-  double train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale);
+  // weights (B, T), optional: per-token loss weights (synthetic tasks weight the answer, src/eval/tasks.h);
+  // the gradient of row i is then scaled by grad_scale·weights[i] and the return value is Σ weights·loss.
+  double train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale, const T* weights = nullptr);
   // Forward only; returns the sum of losses over valid targets (per-token losses into `losses` if given).
   double eval_loss(const int32_t* inputs, const int32_t* targets, T* losses = nullptr);
   // Forward only, full logits (B, T, V) for the planned shape (used by `attnlab grads` and tests).
@@ -74,6 +76,14 @@ class GPT {
   // Appends Tq tokens per batch row (B, Tq) to the cache and writes logits (B, Tq, V)
   // (or only the last position's (B, V) when last_only).
   void forward_cached(T* logits, const int32_t* tokens, int Tq, bool last_only);
+  // Appends Tq tokens per batch row like forward_cached, then scores them against targets (B, Tq)
+  // (< 0 = ignored) through the chunked LM head: per-token losses into `losses` (B, Tq), and the
+  // argmax id per position into `argmax` if given. No (B, Tq, V) logits are formed, so evaluating a
+  // long sequence in chunks needs only the cache (linear in its length) and one chunk's activations
+  // (long-context evaluation, docs/long-context.md). Returns the sum of the valid losses.
+  double forward_cached_loss(const int32_t* tokens, const int32_t* targets, int Tq, T* losses, int32_t* argmax = nullptr);
+  // Bytes planned for inference: the KV cache plus the inference workspace (activations of one chunk).
+  size_t inference_bytes() const { return cache_buf_.bytes() + inf_arena_.planned(); }
 
  private:
   struct LayerParams {

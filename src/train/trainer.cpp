@@ -105,21 +105,49 @@ double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const Tra
   return norm;
 }
 
-TrainSummary train(const Config& cfg, const TrainOptions& opts) {
-  const TrainConfig& tc = cfg.train;
-  const int B = tc.batch_size, T = cfg.model.seq_len;
-  Shard train_shard = Shard::open(cfg.data.train);
-  Shard val_shard = Shard::open(cfg.data.val);
-  if (train_shard.size() < (size_t)T + 1)
-    fail("training data ", cfg.data.train, " has ", train_shard.size(), " tokens, fewer than model.seq_len + 1 = ", T + 1);
-  if (val_shard.size() < (size_t)T + 1)
-    fail("validation data ", cfg.data.val, " has ", val_shard.size(), " tokens, fewer than model.seq_len + 1 = ", T + 1);
-  DataLoader loader(train_shard, B, T, tc.seed);
-  loader.validate_vocab(cfg.model.vocab_size);
-  {
-    DataLoader val_check(val_shard, 1, T, 0);
+namespace {
+// The default source: shuffled windows of the training shard, validation on the validation shard.
+class ShardTrainData final : public TrainData {
+ public:
+  explicit ShardTrainData(const Config& cfg)
+      : cfg_(cfg),
+        train_(Shard::open(cfg.data.train)),
+        val_(Shard::open(cfg.data.val)),
+        loader_(checked(train_, cfg.data.train, "training", cfg.model.seq_len), cfg.train.batch_size, cfg.model.seq_len,
+                cfg.train.seed) {
+    checked(val_, cfg.data.val, "validation", cfg.model.seq_len);
+    loader_.validate_vocab(cfg.model.vocab_size);
+    DataLoader val_check(val_, 1, cfg.model.seq_len, 0);
     val_check.validate_vocab(cfg.model.vocab_size);
   }
+  void next(int32_t* inputs, int32_t* targets, float*) override { loader_.next(inputs, targets); }
+  DataLoader::State state() const override { return loader_.state(); }
+  void restore(DataLoader::State s) override { loader_.restore(s); }
+  EvalResult validate(GPT<float>& model, int max_batches) override { return evaluate(model, val_, max_batches); }
+  std::string describe() const override {
+    return "data: " + cfg_.data.train + " (" + std::to_string(train_.size()) + " tokens), " + cfg_.data.val + " (" +
+           std::to_string(val_.size()) + " tokens)";
+  }
+
+ private:
+  static const Shard& checked(const Shard& s, const std::string& path, const char* what, int T) {
+    if (s.size() < (size_t)T + 1) fail(what, " data ", path, " has ", s.size(), " tokens, fewer than model.seq_len + 1 = ", T + 1);
+    return s;
+  }
+  const Config& cfg_;
+  Shard train_, val_;
+  DataLoader loader_;
+};
+}  // namespace
+
+TrainSummary train(const Config& cfg, const TrainOptions& opts) {
+  ShardTrainData data(cfg);
+  return train(cfg, opts, data);
+}
+
+TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loader) {
+  const TrainConfig& tc = cfg.train;
+  const int B = tc.batch_size, T = cfg.model.seq_len;
 
   GPT<float> model(cfg);
   model.init_weights(tc.seed);
@@ -140,13 +168,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
   if (!opts.quiet) {
     std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, %d threads\n", model.num_params(),
                 model.activation_bytes() / 1e6, gemm_backend_name(), omp_threads());
-    std::printf("data: %s (%zu tokens), %s (%zu tokens); %zu tokens per step\n", cfg.data.train.c_str(), train_shard.size(),
-                cfg.data.val.c_str(), val_shard.size(), tokens_per_step);
+    std::printf("%s; %zu tokens per step\n", loader.describe().c_str(), tokens_per_step);
     if (!opts.resume.empty()) std::printf("resumed from %s at step %lld\n", opts.resume.c_str(), (long long)state.step);
     std::fflush(stdout);
   }
 
   std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
+  std::vector<float> weights(loader.weighted() ? (size_t)B * T : 0);
   const float grad_scale = 1.0f / float((size_t)B * T * tc.grad_accum);
   TrainSummary sum;
   sum.losses.reserve(std::max<int64_t>(tc.steps - state.step, 0));
@@ -167,7 +195,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     sum.checkpoint = path;
   };
   auto run_eval = [&]() {
-    const EvalResult r = evaluate(model, val_shard, tc.eval_batches);
+    const EvalResult r = loader.validate(model, tc.eval_batches);
     sum.val_loss = r.mean();
     if (!opts.quiet) {
       std::printf("step %6lld | val loss %.4f | ppl %.2f\n", (long long)state.step, r.mean(), std::exp(r.mean()));
@@ -183,8 +211,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     model.zero_grad();
     double loss = 0;
     for (int micro = 0; micro < tc.grad_accum; ++micro) {
-      loader.next(in.data(), tgt.data());
-      loss += model.train_micro_step(in.data(), tgt.data(), grad_scale);
+      loader.next(in.data(), tgt.data(), weights.data());
+      loss += model.train_micro_step(in.data(), tgt.data(), grad_scale, loader.weighted() ? weights.data() : nullptr);
     }
     loss /= double(tokens_per_step);
     if (!std::isfinite(loss)) fail("training diverged at step ", state.step, ": loss is ", loss, " (lower train.lr?)");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/loader.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -41,6 +42,27 @@ double training_flops_per_token(const GPT<float>& model, int T);
 // t is the 1-based step for bias correction. Returns the gradient norm before clipping.
 double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const TrainConfig& tc, double lr, int t);
 
-TrainSummary train(const Config& cfg, const TrainOptions& opts);
+// Where the training loop gets its micro-batches and its validation loss: the token shards of
+// cfg.data (the default, ShardTrainData) or a synthetic task (src/eval/tasks.h). The loop, the
+// optimizer, checkpoints and logs are the same for every source.
+class TrainData {
+ public:
+  virtual ~TrainData() = default;
+  // Fills the next (B, T) micro-batch. When weighted(), also the per-token loss weights (B, T):
+  // their sum over a micro-batch must be B·T, so that the step's loss Σ w·CE / (B·T·grad_accum)
+  // is a weighted mean on the scale of the plain one (weights all 1). Must not allocate.
+  virtual void next(int32_t* inputs, int32_t* targets, float* weights) = 0;
+  virtual bool weighted() const { return false; }
+  // Exact resume: the position of the next micro-batch, stored in the checkpoint.
+  virtual DataLoader::State state() const = 0;
+  virtual void restore(DataLoader::State s) = 0;
+  // Validation loss of the model planned for (B, T) (mean weighted like training).
+  virtual EvalResult validate(GPT<float>& model, int max_batches) = 0;
+  // One line for the start of the run: what is trained on.
+  virtual std::string describe() const = 0;
+};
+
+TrainSummary train(const Config& cfg, const TrainOptions& opts);             // on the shards of cfg.data
+TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& data);
 
 }  // namespace attnlab

@@ -1,0 +1,126 @@
+// `attnlab task NAME --train ...` and `attnlab task NAME --eval ...`: synthetic long-context tasks
+// (passkey, needle, mqar; docs/long-context.md). Training is `attnlab train`'s loop with the task's
+// batches and loss weights; evaluation is teacher-forced at several lengths.
+#include <cstdio>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "data/files.h"
+#include "eval/long_context.h"
+#include "eval/tasks.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace attnlab::cli {
+namespace {
+
+struct TaskArgs {
+  std::string name;
+  bool do_train = false, do_eval = false, quiet = false;
+  std::string resume;
+  int stop_after = -1;
+  ConfigArgs config;
+  tasks::TaskParams params;
+  // eval
+  std::string checkpoint, lengths = "1,2,4,8", depths, json;
+  int samples = 256, batch_size = 8, chunk = 0;
+  uint64_t seed = 1;
+};
+
+std::vector<double> parse_depths(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    double v = -1;
+    try { v = std::stod(item, &used); } catch (...) { used = 0; }
+    if (used == 0 || !(v >= 0 && v <= 1)) fail("--depths entry '", item, "': expected a depth in [0, 1]");
+    out.push_back(v);
+  }
+  return out;
+}
+
+void run_task(TaskArgs& a) {
+  if (a.do_train == a.do_eval) fail("attnlab task ", a.name, ": give exactly one of --train and --eval");
+  a.params.name = a.name;
+  if (a.do_train) {
+    for (const auto& s : a.config.sets)
+      if (s.rfind("model.vocab_size", 0) == 0) fail("--set model.vocab_size: the task fixes the vocabulary");
+    const bool from_checkpoint = !a.resume.empty() && a.config.config_file.empty() && a.config.preset.empty();
+    Config cfg0 = from_checkpoint ? resume_config(a.resume, a.config.sets) : a.config.resolve();
+    auto task = std::shared_ptr<const tasks::Task>(tasks::Task::make(a.params, cfg0.model.seq_len));
+    // The task's vocabulary, applied last (no shard is read, so data.* is unused).
+    ConfigArgs with_vocab = a.config;
+    with_vocab.sets.push_back("model.vocab_size=" + std::to_string(task->vocab_size()));
+    const Config cfg = from_checkpoint ? resume_config(a.resume, with_vocab.sets) : with_vocab.resolve();
+    if (!a.quiet) std::printf("# resolved configuration\n%s\n", cfg.to_text().c_str());
+    tasks::TaskTrainData data(task, cfg.train.batch_size, cfg.model.seq_len, cfg.train.seed);
+    TrainOptions opts;
+    opts.quiet = a.quiet;
+    opts.resume = a.resume;
+    opts.stop_after = a.stop_after;
+    train(cfg, opts, data);
+    return;
+  }
+  if (a.checkpoint.empty()) fail("attnlab task ", a.name, " --eval needs --checkpoint");
+  const Config cfg = read_checkpoint_config(a.checkpoint);
+  if (a.name == "mqar" && a.params.mqar_keys == 0) a.params.mqar_keys = (cfg.model.vocab_size - 3) / 2;  // from the vocabulary
+  const auto task = tasks::Task::make(a.params, cfg.model.seq_len);
+  tasks::TaskEvalOptions o;
+  o.lengths = parse_lengths(a.lengths, cfg.model.seq_len);
+  if (!a.depths.empty()) {
+    if (!task->uses_depth()) fail("--depths applies to the needle task only");
+    o.depths = parse_depths(a.depths);
+  }
+  o.samples = a.samples;
+  o.seed = a.seed;
+  o.batch_size = a.batch_size;
+  o.chunk = a.chunk;
+  const std::string ck = a.checkpoint;
+  const auto rep = tasks::evaluate_task(
+      *task,
+      [&] {
+        auto m = std::make_unique<GPT<float>>(cfg);
+        load_checkpoint(ck, *m, nullptr, nullptr);
+        return m;
+      },
+      o);
+  std::printf("%s", tasks::task_report_table(rep).c_str());
+  if (!a.json.empty()) {
+    data_files::write_file_atomically(a.json, {tasks::task_report_json(rep).dump(2), "\n"}, "JSON report");
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
+
+}  // namespace
+
+void register_task(CLI::App& app) {
+  auto* a = new TaskArgs;  // lives for the program's lifetime, like the App
+  auto* cmd = app.add_subcommand("task", "synthetic long-context tasks: train on one, or evaluate a checkpoint at several lengths");
+  cmd->add_option("name", a->name, "passkey (docs/mechanisms.md §8.7), needle (§8.8) or mqar (associative recall)")
+      ->required()
+      ->check(CLI::IsMember({"passkey", "needle", "mqar"}));
+  cmd->add_flag("--train", a->do_train, "train a model on the task (the config options below; train.* as for attnlab train)");
+  cmd->add_flag("--eval", a->do_eval, "evaluate --checkpoint on fresh samples at --lengths");
+  a->config.add_to(cmd);
+  cmd->add_flag("--quiet", a->quiet, "with --train: no progress lines");
+  cmd->add_option("--resume", a->resume, "with --train: resume exactly from a checkpoint of this task's run (give the same task options)");
+  cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run");
+  cmd->add_option("--keys", a->params.mqar_keys, "mqar: K distinct keys and K values (vocabulary 3 + 2K; default 64 in training, the checkpoint's in evaluation)");
+  cmd->add_option("--kv-pairs", a->params.kv_pairs, "mqar: key-value pairs per sample (default min(K, model.seq_len/8))");
+  cmd->add_option("--queries", a->params.queries, "mqar: queries per sample (default: the number of pairs)");
+  cmd->add_option("--checkpoint", a->checkpoint, "with --eval: checkpoint (.safetensors)");
+  cmd->add_option("--lengths", a->lengths, "with --eval: tokens read per sample, multiples of model.seq_len or N tok (default 1,2,4,8)");
+  cmd->add_option("--depths", a->depths, "with --eval, needle: depths in [0, 1] (default 0.1,0.3,0.5,0.7,0.9)");
+  cmd->add_option("--samples", a->samples, "with --eval: samples per length (and depth)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", a->seed, "with --eval: seed of the evaluation samples (training uses train.seed)");
+  cmd->add_option("--batch-size", a->batch_size, "with --eval: samples evaluated side by side")->check(CLI::PositiveNumber);
+  cmd->add_option("--chunk", a->chunk, "with --eval: tokens per KV-cached chunk (default model.seq_len)")->check(CLI::PositiveNumber);
+  cmd->add_option("--json", a->json, "with --eval: also write the report as JSON");
+  cmd->callback([a] { run_task(*a); });
+}
+
+}  // namespace attnlab::cli
