@@ -1,4 +1,5 @@
 // `attnlab train` and `attnlab init`.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -19,16 +20,25 @@ void register_train(CLI::App& app) {
     cmd->add_option("--resume", opts->resume, "resume exactly from a checkpoint written by `attnlab train`");
     cmd->add_option("--stop-after", opts->stop_after, "stop with a checkpoint after this many steps in this run");
     cmd->add_flag("--quiet", opts->quiet, "no progress lines");
+    cmd->add_flag("--force", opts->force,
+                  "start a new run in a train.out_dir that holds an earlier run's checkpoints (they are deleted)");
     cmd->callback([args, opts] {
       Config cfg;
       if (!opts->resume.empty() && args->config_file.empty() && args->preset.empty()) {
         // Resume with the stored configuration, plus any --set (e.g. more train.steps).
         const Config stored = read_checkpoint_config(opts->resume);
+        std::vector<Assignment> overrides;
+        for (const auto& s : args->sets) overrides.push_back(parse_override(s));
+        // The stored data.train/val/tokenizer are paths resolved from the stored data.dir: a new
+        // data.dir replaces them (unless they are given too), or it would be silently ignored.
+        const bool new_dir = std::any_of(overrides.begin(), overrides.end(), [](const Assignment& a) { return a.key == "data.dir"; });
         std::vector<Assignment> as;
         const auto j = stored.to_json();
-        for (auto it = j.begin(); it != j.end(); ++it)
+        for (auto it = j.begin(); it != j.end(); ++it) {
+          if (new_dir && (it.key() == "data.train" || it.key() == "data.val" || it.key() == "data.tokenizer")) continue;
           as.push_back({it.key(), it->is_string() ? "\"" + it->get<std::string>() + "\"" : it->dump(), opts->resume});
-        for (const auto& s : args->sets) as.push_back(parse_override(s));
+        }
+        as.insert(as.end(), overrides.begin(), overrides.end());
         cfg = resolve_config(as);
       } else {
         cfg = args->resolve();

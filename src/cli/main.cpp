@@ -90,7 +90,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help text) and returns its own codes (104-109 for bad
+    // arguments); the documented status of every error is 1, and --help / --version stay 0.
+    return app.exit(e) == 0 ? 0 : 1;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
