@@ -35,7 +35,7 @@ corpus: build-tool
 	    --out $(DATA) --vocab 8192; fi
 
 demo: corpus
-	$(BUILD)/attnlab train --preset small --set data.dir=$(DATA) --set train.out_dir=$(RUN)
+	$(BUILD)/attnlab train --preset small --set data.dir=$(DATA) --set train.out_dir=$(RUN) --force
 	$(BUILD)/attnlab eval --checkpoint $(RUN)/model.safetensors --data $(DATA)/val.bin
 	$(BUILD)/attnlab sample --checkpoint $(RUN)/model.safetensors --prompt "Blessed is the man that" -n 60 --temperature 0.8 --top-k 40 --seed 1
 

@@ -24,7 +24,7 @@ for spec in "$@"; do
   for kv in "${kvs[@]}"; do [ -n "$kv" ] && sets+=(--set "$kv"); done
   echo "== $name: $BIN train $BASE ${sets[*]}" >&2
   # shellcheck disable=SC2086
-  "$BIN" train $BASE "${sets[@]}" >"$out/$name.log" 2>&1 || { echo "$name: training failed, see $out/$name.log" >&2; exit 1; }
+  "$BIN" train $BASE "${sets[@]}" --force >"$out/$name.log" 2>&1 || { echo "$name: training failed, see $out/$name.log" >&2; exit 1; }
   ev=$("$BIN" eval --checkpoint "$out/$name/model.safetensors" --data "$DATA/val.bin")
   loss=$(grep -oE 'loss [0-9.]+' <<<"$ev" | head -1 | cut -d' ' -f2)
   ppl=$(grep -oE 'perplexity [0-9.]+' <<<"$ev" | head -1 | cut -d' ' -f2)

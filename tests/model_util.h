@@ -95,8 +95,11 @@ inline void expect_exact_resume(const std::string& tag, const std::vector<std::s
     for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)(r.uniform() < 0.9 ? (i * 7) % 50 : r.below(50));
     write_shard((dir / name).string(), toks.data(), toks.size());
   }
+  int variant = 0;
   for (const std::string& extra : extras) {
-    auto cfg_for = [&](const std::string& run) {
+    ++variant;  // each variant trains in directories of its own (a fresh run refuses another run's checkpoints)
+    auto cfg_for = [&](const std::string& name) {
+      const std::string run = name + std::to_string(variant);
       return resolve_config(parse_config_text(
           std::string("model.n_layer = 2\nmodel.d_model = 32\nmodel.n_head = 4\nmodel.seq_len = 16\nmodel.vocab_size = 50\n"
                       "train.batch_size = 4\ntrain.steps = 6\ntrain.warmup = 2\ntrain.lr = 3e-3\ntrain.eval_every = 0\n"

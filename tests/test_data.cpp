@@ -3,6 +3,8 @@
 // end to end on the committed test corpus (tests/data: Genesis 1-30 of the World English Bible and
 // Spurgeon's Treasury of David on Psalms 1-2, both public domain).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -82,7 +84,9 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 std::vector<std::string> leftover_tmp_files(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".tmp") out.push_back(e.path().string());
+    if (e.path().filename().string().find(".tmp") != std::string::npos ||
+        e.path().filename().string().find("staging") != std::string::npos)
+      out.push_back(e.path().string());
   return out;
 }
 
@@ -548,6 +552,49 @@ TEST(Prepare, EndToEndOnTheTestCorpus) {
   }
   prepare(options);
   EXPECT_EQ(read_file(dir / "out/train.bin"), read_file(dir / "out2/train.bin"));
+  EXPECT_TRUE(leftover_tmp_files(dir.path() / "out").empty());
+}
+
+// A prepare that fails after the tokenizer is trained (here: the file-size limit stops the first
+// shard write with EFBIG, as ENOSPC would) must leave the previous set as it was: the old
+// tokenizer with the old shards, not a new tokenizer beside old shards. Nothing staged remains.
+TEST(Prepare, AFailedPrepareLeavesThePreviousSetIntact) {
+  TempDir dir;
+  PrepareOptions options;
+  options.inputs = corpus_files();
+  options.out_dir = dir / "out";
+  options.vocab_size = 360;
+  options.verbose = false;
+  prepare(options);
+  std::map<std::string, std::string> before;
+  for (const char* name : {"tokenizer.model", "train.bin", "val.bin", "prepare.json"})
+    before[name] = read_file(dir / (std::string("out/") + name));
+  ASSERT_LT(before["tokenizer.model"].size(), before["train.bin"].size());
+
+  options.vocab_size = 400;
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit small = old;
+  small.rlim_cur = before["tokenizer.model"].size() * 2;  // the tokenizer fits, train.bin does not
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);           // EFBIG from write() instead of the signal
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string err;
+  try {
+    prepare(options);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_NE(err, "") << "the write was expected to fail";
+  for (const auto& [name, bytes] : before)
+    EXPECT_TRUE(read_file(dir / ("out/" + name)) == bytes) << name << " changed although prepare failed";
+  EXPECT_TRUE(leftover_tmp_files(dir.path() / "out").empty());
+
+  // And the next prepare succeeds and replaces the whole set.
+  prepare(options);
+  EXPECT_EQ(Tokenizer::load(dir / "out/tokenizer.model").vocab_size(), 400);
+  Shard::open(dir / "out/train.bin").validate_vocab(400);
   EXPECT_TRUE(leftover_tmp_files(dir.path() / "out").empty());
 }
 

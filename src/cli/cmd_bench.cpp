@@ -144,7 +144,7 @@ void run_info(const ConfigArgs& args) {
   const Config cfg = args.resolve();
   GPT<float> model(cfg);
   const int B = cfg.train.batch_size, T = cfg.model.seq_len;
-  model.plan(B, T);
+  model.plan_count_only(B, T);  // the activation memory is counted, not allocated
   std::printf("%s", cfg.to_text().c_str());
   std::printf("parameters: %zu (%.2f MB fp32; with gradients and Adam moments %.2f MB)\n", model.num_params(),
               model.num_params() * 4 / 1e6, model.num_params() * 16 / 1e6);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -20,6 +21,16 @@
 namespace attnlab::cli {
 namespace {
 
+// Prompt plus generated tokens at most (the KV cache grows with them): 1M.
+constexpr int kMaxSampleTokens = 1 << 20;
+
+bool is_token_shard(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  int32_t magic = 0;
+  f.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  return f && magic == kShardMagic;
+}
+
 std::unique_ptr<GPT<float>> load_model(const std::string& path) {
   const Config cfg = read_checkpoint_config(path);
   auto model = std::make_unique<GPT<float>>(cfg);
@@ -35,7 +46,7 @@ struct EvalArgs {
   size_t tokens = 0;
   int chunk = 0, bucket = 0, bos = 1;
 };
-struct ForwardArgs { std::string checkpoint, tokens, out; };
+struct ForwardArgs { std::string checkpoint, tokens, out; int max_tokens = 0; };
 struct SampleArgs {
   std::string checkpoint, prompt, tokenizer;
   int n = 100, top_k = 0;
@@ -66,20 +77,44 @@ void run_length_eval(const EvalArgs& a) {
 void run_eval(const EvalArgs& a) {
   if (!a.lengths.empty()) return run_length_eval(a);
   if (!a.json.empty() || a.tokens || a.chunk || a.bucket) fail("--json, --tokens, --chunk and --bucket need --lengths");
-  auto model = load_model(a.checkpoint);
-  const int T = a.seq_len > 0 ? a.seq_len : model->config().model.seq_len;
-  model->plan(a.batch_size, T);
+  if (a.seq_len < 0) fail("--seq-len ", a.seq_len, ": must be positive (or 0 for model.seq_len)");
+  if (a.batches < 0) fail("--batches ", a.batches, ": must be positive (or 0 for the whole shard)");
+  // The cheap checks first: the shard and the checkpoint's configuration, before any memory is planned.
   Shard shard = Shard::open(a.data);
-  if (shard.size() < (size_t)T + 1) fail("data ", a.data, " has ", shard.size(), " tokens, fewer than seq-len + 1 = ", T + 1);
-  shard.validate_vocab(model->config().model.vocab_size);
+  const Config cfg = read_checkpoint_config(a.checkpoint);
+  const int T = a.seq_len > 0 ? a.seq_len : cfg.model.seq_len;
+  if (shard.size() < (size_t)T + 1)
+    fail("data ", a.data, " has ", shard.size(), " tokens, fewer than --seq-len + 1 = ", T + 1, "; use a shorter --seq-len");
+  shard.validate_vocab(cfg.model.vocab_size);
+  if (T > cfg.model.seq_len && cfg.attn.pos == "learned")
+    fail("--seq-len ", T, " exceeds model.seq_len = ", cfg.model.seq_len, " of ", a.checkpoint,
+         ": learned positions are undefined beyond it");
+  auto model = load_model(a.checkpoint);
+  model->plan(a.batch_size, T);
   const EvalResult r = evaluate(*model, shard, a.batches);
   std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.3f\n", a.checkpoint.c_str(), a.data.c_str(), T,
               r.count, r.mean(), std::exp(r.mean()));
 }
 
 void run_forward(const ForwardArgs& a) {
+  const Config cfg = read_checkpoint_config(a.checkpoint);
+  // Attention over one sequence costs O(T²) time: without --max-tokens, sequences are limited to
+  // the length the model was trained on.
+  if (a.max_tokens < 0) fail("--max-tokens ", a.max_tokens, ": must be positive");
+  const int limit = a.max_tokens > 0 ? a.max_tokens : cfg.model.seq_len;
+  auto seqs = read_token_file(a.tokens);
+  if (seqs.size() == 1 && seqs[0].size() > (size_t)limit && is_token_shard(a.tokens)) {
+    std::fprintf(stderr, "note: %s holds %zu tokens; using the first %d (%s)\n", a.tokens.c_str(), seqs[0].size(), limit,
+                 a.max_tokens > 0 ? "--max-tokens" : "model.seq_len; raise with --max-tokens");
+    seqs[0].resize((size_t)limit);
+  }
+  if (seqs[0].size() > (size_t)limit)
+    fail("token file ", a.tokens, ": sequences of ", seqs[0].size(), " ids are longer than ",
+         a.max_tokens > 0 ? "--max-tokens = " : "model.seq_len = ", limit, a.max_tokens > 0 ? "" : "; pass --max-tokens N to allow longer ones");
+  if ((double)seqs.size() * (double)seqs[0].size() * cfg.model.vocab_size * 4.0 > 64e9)
+    fail("token file ", a.tokens, ": ", seqs.size(), " x ", seqs[0].size(), " logits of ", cfg.model.vocab_size,
+         " would take more than 64 GB; give fewer or shorter sequences");
   auto model = load_model(a.checkpoint);
-  const auto seqs = read_token_file(a.tokens);
   const int B = (int)seqs.size(), T = (int)seqs[0].size(), V = model->config().model.vocab_size;
   std::vector<int32_t> in;
   for (const auto& s : seqs) in.insert(in.end(), s.begin(), s.end());
@@ -94,13 +129,14 @@ void run_forward(const ForwardArgs& a) {
   std::printf("wrote %s: logits [%d, %d, %d]\n", a.out.c_str(), B, T, V);
 }
 
-int sample_token(std::vector<float>& logits, std::vector<int>& order, const SampleArgs& a, Rng& rng) {
-  const int V = (int)logits.size();
-  if (a.temperature <= 0) return int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  std::iota(order.begin(), order.end(), 0);
+// Draws the next id among the first V logits (the tokenizer's ids: a model vocabulary larger than
+// the tokenizer's has rows no text can decode).
+int sample_token(const std::vector<float>& logits, int V, std::vector<int>& order, const SampleArgs& a, Rng& rng) {
+  if (a.temperature == 0) return int(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
+  std::iota(order.begin(), order.begin() + V, 0);
   int k = a.top_k > 0 ? std::min(a.top_k, V) : V;
   if (k < V)
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int x, int y) { return logits[x] > logits[y]; });
+    std::partial_sort(order.begin(), order.begin() + k, order.begin() + V, [&](int x, int y) { return logits[x] > logits[y]; });
   double mx = -INFINITY;
   for (int i = 0; i < k; ++i) mx = std::max(mx, (double)logits[order[i]]);
   double z = 0;
@@ -114,6 +150,11 @@ int sample_token(std::vector<float>& logits, std::vector<int>& order, const Samp
 }
 
 void run_sample(const SampleArgs& a) {
+  // The options first, each error naming the option.
+  if (!std::isfinite(a.temperature) || a.temperature < 0)
+    fail("--temperature ", a.temperature, ": must be a finite number >= 0 (0 = greedy)");
+  if (a.top_k < 0) fail("--top-k ", a.top_k, ": must be >= 0 (0 = all tokens)");
+  if (a.n < 0 || a.n > kMaxSampleTokens) fail("-n ", a.n, ": must be in [0, ", kMaxSampleTokens, "]");
   auto model = load_model(a.checkpoint);
   const Config& cfg = model->config();
   const std::string tok_path = a.tokenizer.empty() ? cfg.data.tokenizer : a.tokenizer;
@@ -126,8 +167,8 @@ void run_sample(const SampleArgs& a) {
     ids.push_back(tok.bos_id());
   }
   int n = a.n;
-  if (n < 0) fail("-n must be >= 0");
   const int prompt_len = (int)ids.size();
+  if (prompt_len > kMaxSampleTokens) fail("--prompt: ", prompt_len, " tokens, more than ", kMaxSampleTokens);
   if (cfg.attn.pos == "learned" && prompt_len + n > cfg.model.seq_len) {
     if (prompt_len >= cfg.model.seq_len)
       fail("the prompt has ", prompt_len, " tokens; learned positions allow at most model.seq_len = ", cfg.model.seq_len);
@@ -135,7 +176,7 @@ void run_sample(const SampleArgs& a) {
     std::fprintf(stderr, "note: learned positions end at model.seq_len = %d; generating %d tokens\n", cfg.model.seq_len, n);
   }
   model->plan_inference(1, prompt_len + n, std::max(prompt_len, 1));
-  const int V = cfg.model.vocab_size;
+  const int V = cfg.model.vocab_size, tok_vocab = std::min(V, tok.vocab_size());
   std::vector<float> logits(V);
   std::vector<int> order(V);
   std::vector<int32_t> in(ids.begin(), ids.end());
@@ -143,7 +184,11 @@ void run_sample(const SampleArgs& a) {
   model->forward_cached(logits.data(), in.data(), prompt_len, true);
   std::vector<int> out = ids;
   for (int i = 0; i < n; ++i) {
-    int32_t next = sample_token(logits, order, a, rng);
+    for (int v = 0; v < V; ++v)
+      if (!std::isfinite(logits[v]))
+        fail("checkpoint ", a.checkpoint, ": the model gives a non-finite logit (", logits[v], " for id ", v,
+             " at generated token ", i, "); its weights are damaged or the run diverged");
+    int32_t next = sample_token(logits, tok_vocab, order, a, rng);
     out.push_back(next);
     if (i + 1 < n) model->forward_cached(logits.data(), &next, 1, true);
   }
@@ -203,6 +248,8 @@ void register_infer(CLI::App& app) {
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "llm.c shard, or text file with one sequence of ids per line")->required();
     cmd->add_option("--out", a->out, "output .npy (float32 [B, T, V])")->required();
+    cmd->add_option("--max-tokens", a->max_tokens,
+                    "longest sequence allowed (default: model.seq_len); a longer shard is cut to its first N tokens");
     cmd->callback([a] { run_forward(*a); });
   }
   {

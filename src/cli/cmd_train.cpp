@@ -1,4 +1,5 @@
 // `attnlab train` and `attnlab init`.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,8 @@ void register_train(CLI::App& app) {
     cmd->add_option("--resume", opts->resume, "resume exactly from a checkpoint written by `attnlab train`");
     cmd->add_option("--stop-after", opts->stop_after, "stop with a checkpoint after this many steps in this run");
     cmd->add_flag("--quiet", opts->quiet, "no progress lines");
+    cmd->add_flag("--force", opts->force,
+                  "start a new run in a train.out_dir that holds an earlier run's checkpoints (they are deleted)");
     cmd->callback([args, opts] {
       Config cfg;
       if (!opts->resume.empty() && args->config_file.empty() && args->preset.empty()) {

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #endif
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -38,11 +39,18 @@ Config ConfigArgs::resolve() const {
 
 Config resume_config(const std::string& checkpoint, const std::vector<std::string>& sets) {
   const Config stored = read_checkpoint_config(checkpoint);
+  std::vector<Assignment> overrides;
+  for (const auto& s : sets) overrides.push_back(parse_override(s));
+  // The stored data.train/val/tokenizer are paths resolved from the stored data.dir: a new
+  // data.dir replaces them (unless they are given too), or it would be silently ignored.
+  const bool new_dir = std::any_of(overrides.begin(), overrides.end(), [](const Assignment& a) { return a.key == "data.dir"; });
   std::vector<Assignment> as;
   const auto j = stored.to_json();
-  for (auto it = j.begin(); it != j.end(); ++it)
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (new_dir && (it.key() == "data.train" || it.key() == "data.val" || it.key() == "data.tokenizer")) continue;
     as.push_back({it.key(), it->is_string() ? "\"" + it->get<std::string>() + "\"" : it->dump(), checkpoint});
-  for (const auto& s : sets) as.push_back(parse_override(s));
+  }
+  as.insert(as.end(), overrides.begin(), overrides.end());
   return resolve_config(as);
 }
 
@@ -104,7 +112,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help text) and returns its own codes (104-109 for bad
+    // arguments); the documented status of every error is 1, and --help / --version stay 0.
+    return app.exit(e) == 0 ? 0 : 1;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace attnlab::data_files {
 
@@ -26,8 +27,9 @@ std::string read_text_file(const std::string& path, const char* role) {
 }
 
 void write_file_atomically(const std::string& path, std::initializer_list<std::string_view> parts, const char* role) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const TempFile tf = create_temp_beside(path);  // our own temporary: never shared with another writer
+  const std::string& tmp = tf.path;
+  const int fd = tf.fd;
   if (fd < 0) fail(role, " ", path, ": cannot create ", tmp, " (", std::strerror(errno), ")");
   auto give_up = [&](const char* what, int err) {
     ::close(fd);
@@ -55,12 +57,7 @@ void write_file_atomically(const std::string& path, std::initializer_list<std::s
     fail(role, " ", path, ": cannot rename ", tmp, " into place (", std::strerror(err), ")");
   }
   // The rename itself is durable only once the directory entry is on disk.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_directory(parent_directory(path));
 }
 
 }  // namespace attnlab::data_files

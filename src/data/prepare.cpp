@@ -2,9 +2,13 @@
 #include "data/prepare.h"
 
 #include <omp.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -13,6 +17,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/files.h"
@@ -104,6 +109,21 @@ void cut_pieces(std::string_view text, uint32_t file, std::vector<Piece>& out) {
   if (in_document) close(text.size());
 }
 
+constexpr const char* kStagingPrefix = ".prepare-staging.";
+
+// Staging directories of prepare runs that were killed (their pid is gone).
+void remove_stale_staging(const std::filesystem::path& out) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStagingPrefix, 0) != 0) continue;
+    const std::string pid = name.substr(std::strlen(kStagingPrefix));
+    if (pid.empty() || pid.size() > 18 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(pid_t(std::atol(pid.c_str())), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+  }
+  remove_stale_temps(out.string());
+}
+
 std::string megabytes(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MB", bytes / 1e6);
@@ -178,15 +198,32 @@ void prepare(const PrepareOptions& options) {
     fail("prepare: cannot create the output directory ", options.out_dir, " (", ec ? ec.message() : "not a directory",
          ")");
   const fs::path out(options.out_dir);
+  // Every output goes into a staging directory inside out_dir first and is renamed into place
+  // only when the whole set is written: a failure (ENOSPC, a kill) leaves the previous set intact
+  // instead of a new tokenizer beside old shards. One prepare per directory at a time.
+  const DirLock lock = DirLock::acquire(options.out_dir, "prepare --out", "attnlab prepare");
+  remove_stale_staging(out);
+  const fs::path staging = out / (std::string(kStagingPrefix) + std::to_string(long(::getpid())));
+  fs::remove_all(staging, ec);
+  fs::create_directory(staging, ec);
+  if (ec) fail("prepare: cannot create the staging directory ", staging.string(), " (", ec.message(), ")");
+  struct RemoveOnFailure {
+    fs::path dir;
+    bool armed = true;
+    ~RemoveOnFailure() {
+      std::error_code e;
+      if (armed) fs::remove_all(dir, e);
+    }
+  } cleanup{staging};
 
   // 3. the tokenizer (trained on all of the text, val included, the usual practice)
   Timer timer;
   say("prepare: training a BPE tokenizer, vocab %d, on at most %s of lines ...\n", options.vocab_size,
       megabytes(double(kTokenizerTrainingBytes)).c_str());
-  const std::string model_path = (out / "tokenizer.model").string();
-  train_tokenizer(options.inputs, (out / "tokenizer").string(), options.vocab_size, options.seed);
+  const std::string model_path = (staging / "tokenizer.model").string();
+  train_tokenizer(options.inputs, (staging / "tokenizer").string(), options.vocab_size, options.seed);
   const Tokenizer tokenizer = Tokenizer::load(model_path);
-  say("prepare: %s in %.1f s\n", model_path.c_str(), timer.seconds());
+  say("prepare: %s in %.1f s\n", (out / "tokenizer.model").string().c_str(), timer.seconds());
 
   // 4. encode in parallel (SentencePiece runs at a few MB/s per thread). Errors inside the
   // parallel region are carried out of it: an exception must not cross an OpenMP boundary.
@@ -250,10 +287,10 @@ void prepare(const PrepareOptions& options) {
   say("prepare: %zu tokens in %.1f s (%.2f MB/s, %.2f bytes per token)\n", total_tokens, encode_seconds,
       double(piece_bytes) / 1e6 / std::max(encode_seconds, 1e-9), double(piece_bytes) / double(std::max<size_t>(total_tokens, 1)));
 
-  // 6. write everything, each file atomically; prepare.json last, as the record of a finished run
+  // 6. write everything into the staging directory; prepare.json last, as the record of a finished run
   const std::string train_path = (out / "train.bin").string(), val_path = (out / "val.bin").string();
-  write_shard(train_path, train.data(), train.size());
-  write_shard(val_path, val.data(), val.size());
+  write_shard((staging / "train.bin").string(), train.data(), train.size());
+  write_shard((staging / "val.bin").string(), val.data(), val.size());
 
   nlohmann::ordered_json meta;
   meta["format"] = "attnlab-prepare";
@@ -273,7 +310,18 @@ void prepare(const PrepareOptions& options) {
   meta["train"] = {{"file", "train.bin"}, {"tokens", train.size()}, {"bytes", train_bytes}, {"pieces", train_pieces}};
   meta["val"] = {{"file", "val.bin"}, {"tokens", val.size()}, {"bytes", val_bytes}, {"pieces", val_pieces}};
   const std::string json_path = (out / "prepare.json").string();
-  data_files::write_file_atomically(json_path, {meta.dump(2), "\n"}, "prepare record");
+  data_files::write_file_atomically((staging / "prepare.json").string(), {meta.dump(2), "\n"}, "prepare record");
+
+  // 7. switch the complete set in: the old prepare.json goes first (while the files are renamed
+  // one by one the directory is not a finished set), the new one last.
+  fs::remove(out / "prepare.json", ec);
+  for (const char* name : {"tokenizer.model", "train.bin", "val.bin", "prepare.json"}) {
+    fs::rename(staging / name, out / name, ec);
+    if (ec) fail("prepare: cannot move ", (staging / name).string(), " into ", options.out_dir, " (", ec.message(), ")");
+  }
+  sync_directory(options.out_dir);
+  fs::remove_all(staging, ec);
+  cleanup.armed = false;
   say("prepare: wrote %s (%zu tokens, %s), %s (%zu tokens, %s), %s\n", train_path.c_str(), train.size(),
       megabytes(double(train_bytes)).c_str(), val_path.c_str(), val.size(), megabytes(double(val_bytes)).c_str(),
       json_path.c_str());

@@ -6,8 +6,12 @@
 //   3. encode the pieces in parallel; the bos id goes before each document, and before a piece
 //      whose preceding piece went to the other shard, so text between two bos ids is contiguous
 //   4. write out_dir/train.bin, out_dir/val.bin (llm.c shards) and out_dir/prepare.json
-// Every output is replaced atomically; the result depends only on the inputs and the options (not
-// on the thread count).
+// The outputs are written into a staging directory inside out_dir (".prepare-staging.<pid>") and
+// renamed into place only when all of them are complete, so a failed or killed prepare leaves the
+// previous set (tokenizer and shards that belong together) as it was; a staging directory of a
+// killed run is removed by the next prepare into the same directory, which is locked against a
+// second concurrent prepare (core/files.h). The result depends only on the inputs and the options
+// (not on the thread count).
 #pragma once
 #include <cstdint>
 #include <string>

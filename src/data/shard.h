@@ -16,7 +16,7 @@ inline constexpr int32_t kShardVersion = 1;
 inline constexpr size_t kShardHeaderInts = 256;
 inline constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);
 
-// Writes tokens[0..n) as a shard at `path`, atomically: path.tmp, fsync, rename (and an fsync of
+// Writes tokens[0..n) as a shard at `path`, atomically: a temporary of its own, fsync, rename (and an fsync of
 // the directory), so a reader never sees a half-written shard and an old one stays intact until
 // the new one is complete. n must fit the header's int32 count.
 void write_shard(const std::string& path, const uint16_t* tokens, size_t n);

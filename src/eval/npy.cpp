@@ -3,8 +3,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
+#include "data/files.h"
 
 namespace attnlab {
 
@@ -21,17 +23,13 @@ void write_npy_f32(const std::string& path, const float* data, const std::vector
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("cannot write ", path, ": ", std::strerror(errno));
   const uint16_t hlen = (uint16_t)header.size();
-  bool ok = std::fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && std::fwrite(&hlen, 2, 1, f) == 1 &&
-            std::fwrite(header.data(), 1, header.size(), f) == header.size() && std::fwrite(data, sizeof(float), n, f) == n;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot write ", path, ": ", std::strerror(errno));
-  }
+  // Atomic and with a temporary of its own (data/files.h): two writers of one path never mix bytes.
+  data_files::write_file_atomically(path,
+                                    {std::string_view("\x93NUMPY\x01\x00", 8),
+                                     std::string_view(reinterpret_cast<const char*>(&hlen), 2), header,
+                                     std::string_view(reinterpret_cast<const char*>(data), n * sizeof(float))},
+                                    ".npy file");
 }
 
 }  // namespace attnlab

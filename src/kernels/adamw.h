@@ -78,4 +78,15 @@ void scale_inplace(Real* x, size_t n, Real s) {
   for (size_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+// True when every one of the n values is finite (no NaN, no ±Inf): the trainer's check that an
+// update left the weights usable, and the checkpoint writer's refusal to store NaN weights.
+// Counts instead of returning early so that it vectorizes; the caller pays one pass over x.
+template <class Real>
+bool all_finite(const Real* x, size_t n) {
+  size_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (n >= 16384)
+  for (size_t i = 0; i < n; ++i) bad += !std::isfinite(x[i]);
+  return bad == 0;
+}
+
 }  // namespace attnlab::kernels

@@ -241,6 +241,7 @@ std::vector<KeyDef> make_keys() {
   add_int("train.ckpt_every", [](Config& c) -> int& { return c.train.ckpt_every; }, 0, big);
   add_int("train.log_every", [](Config& c) -> int& { return c.train.log_every; }, 1, big);
   add_float("train.time_limit", [](Config& c) -> double& { return c.train.time_limit; }, 0.0, 1e9);
+  add_int("train.max_bad_steps", [](Config& c) -> int& { return c.train.max_bad_steps; }, 1, 1000000);
   add_string("train.out_dir", [](Config& c) -> std::string& { return c.train.out_dir; });
   add_string("data.dir", [](Config& c) -> std::string& { return c.data.dir; });
   add_string("data.train", [](Config& c) -> std::string& { return c.data.train; });

@@ -97,6 +97,7 @@ struct TrainConfig {
   int ckpt_every = 0;         // 0: only the final checkpoint
   int log_every = 10;
   double time_limit = 0;      // seconds; 0 = none. Training stops cleanly (with a checkpoint) when reached.
+  int max_bad_steps = 3;      // a step with a non-finite loss or gradient is skipped; this many in a row stop the run
   std::string out_dir = "runs/default";
 };
 

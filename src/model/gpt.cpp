@@ -34,7 +34,12 @@ std::vector<double> alibi_slopes(int H) {
 }
 
 template <class T>
-GPT<T>::GPT(const Config& cfg) : cfg_(cfg), residual_(make_residual<T>(cfg_)) {
+ParamRegistry GPT<T>::layout(const Config& cfg) {
+  return GPT<T>(cfg, LayoutOnly{}).reg_;
+}
+
+template <class T>
+GPT<T>::GPT(const Config& cfg, LayoutOnly) : cfg_(cfg), residual_(make_residual<T>(cfg_)) {
   const ModelConfig& m = cfg_.model;
   const int C = m.d_model, L = m.n_layer, V = m.vocab_size, H = m.n_head, Dh = m.head_dim();
   const double std0 = 0.02, std_out = 0.02 / std::sqrt(2.0 * L);
@@ -103,6 +108,13 @@ GPT<T>::GPT(const Config& cfg) : cfg_(cfg), residual_(make_residual<T>(cfg_)) {
   add_norm("ln_f");
   residual_->register_params(reg_);
   reg_.finalize();
+}
+
+template <class T>
+GPT<T>::GPT(const Config& cfg) : GPT(cfg, LayoutOnly{}) {
+  const ModelConfig& m = cfg_.model;
+  const AttentionConfig& ac = cfg_.attn;
+  const int L = m.n_layer, H = m.n_head;
   params_ = Buffer(reg_.total() * sizeof(T));
   grads_ = Buffer(reg_.total() * sizeof(T));
   layer_params_.resize(L);
@@ -204,7 +216,7 @@ void GPT<T>::zero_grad() {
 }
 
 template <class T>
-void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training) {
+void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training, bool count_only) {
   const ModelConfig& m = cfg_.model;
   const size_t N = (size_t)B * seq, C = m.d_model, L = m.n_layer, H = m.n_head;
   const size_t fc_cols = m.mlp == "gelu" ? m.mlp_hidden : 2 * m.mlp_hidden;
@@ -253,7 +265,10 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
       ws.dfc = arena.template take<T>(N * fc_cols);
       ws.dact = arena.template take<T>(N * m.mlp_hidden);
     }
-    if (pass == 0) arena.commit();
+    if (pass == 0) {
+      if (count_only) return;
+      arena.commit();
+    }
   }
 }
 
@@ -266,10 +281,17 @@ void GPT<T>::plan(int B, int seq) {
       fail("sequence length ", seq, " exceeds model.seq_len = ", cfg_.model.seq_len, ": learned positions are undefined there (N/A)");
   }
   ensure_positions(seq);
-  ATTNLAB_CHECK(!arena_.committed(), "plan() called twice");
+  ATTNLAB_CHECK(!arena_.committed() && arena_.planned() == 0, "plan() called twice");
   B_ = B;
   T_ = seq;
   plan_workspace(arena_, ws_, B, seq, true);
+}
+
+template <class T>
+void GPT<T>::plan_count_only(int B, int seq) {
+  if (B < 1 || seq < 1) fail("micro-batch shape must be positive, got B=", B, " T=", seq);
+  ATTNLAB_CHECK(!arena_.committed() && arena_.planned() == 0, "plan_count_only() after plan()");
+  plan_workspace(arena_, ws_, B, seq, true, true);
 }
 
 template <class T>

@@ -23,6 +23,10 @@ template <class T>
 class GPT {
  public:
   explicit GPT(const Config& cfg);
+  // The parameter layout (names, shapes, offsets) a model of this configuration has, without
+  // allocating anything: for checking a checkpoint's tensors before a model is built from its
+  // stored configuration (which may ask for terabytes).
+  static ParamRegistry layout(const Config& cfg);
 
   const Config& config() const { return cfg_; }
   const ParamRegistry& registry() const { return reg_; }
@@ -38,6 +42,9 @@ class GPT {
 
   // Plans activation memory for micro-batches of (B, T) (T <= model.seq_len). Called once.
   void plan(int B, int seq);
+  // Counts what plan(B, seq) would allocate (activation_bytes(), residual_activation_bytes())
+  // without allocating it: `attnlab info`. The model cannot run afterwards.
+  void plan_count_only(int B, int seq);
   int planned_B() const { return B_; }
   int planned_T() const { return T_; }
   size_t activation_bytes() const { return arena_.planned(); }
@@ -122,7 +129,9 @@ class GPT {
     int ce_chunk = 0;
   };
   void bind_layers(LayerParams* table, T* base) const;
-  void plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training);
+  void plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training, bool count_only = false);
+  struct LayoutOnly {};
+  GPT(const Config& cfg, LayoutOnly);  // builds reg_ (and what it needs) and allocates nothing
   void forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool use_cache);
   void backward(Workspace& ws, const int32_t* inputs);
   T attention_scale(int l) const;

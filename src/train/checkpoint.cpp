@@ -1,15 +1,26 @@
 #include "train/checkpoint.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "kernels/adamw.h"
 #include "model/version.h"
+#include "train/environment.h"
 #include "train/safetensors.h"
 
 namespace attnlab {
 
 void save_checkpoint(const std::string& path, const GPT<float>& model, const float* adam_m, const float* adam_v,
                      const TrainingState& state) {
+  // Never store a checkpoint that cannot be used: NaN or Inf weights (a diverged run) or moments.
+  const size_t total = model.registry().total();
+  if (!kernels::all_finite(model.params(), total))
+    fail("checkpoint ", path, ": not written: the weights hold NaN or Inf values (the run diverged); ",
+         "any previous file is unchanged");
+  if (adam_m && adam_v && (!kernels::all_finite(adam_m, total) || !kernels::all_finite(adam_v, total)))
+    fail("checkpoint ", path, ": not written: the Adam moments hold NaN or Inf values (the run diverged); ",
+         "any previous file is unchanged");
   std::vector<TensorRef> tensors;
   const auto& specs = model.registry().specs();
   for (const auto& s : specs) tensors.push_back({s.name, s.shape, model.params() + s.offset, "F32"});
@@ -26,6 +37,7 @@ void save_checkpoint(const std::string& path, const GPT<float>& model, const flo
   meta["tokens_seen"] = std::to_string(state.tokens_seen);
   meta["data_state"] = nlohmann::json{{"epoch", state.data_epoch}, {"index", state.data_index}}.dump();
   meta["optimizer"] = adam_m ? "adamw" : "none";
+  meta["environment"] = numeric_environment_json();  // what bit-exact resume also depends on
   write_safetensors(path, tensors, meta);
 }
 
@@ -45,14 +57,49 @@ void check_format(const SafetensorsFile& f, const std::string& path) {
          kCheckpointFormatVersion, ")");
 }
 
-uint64_t parse_u64(const std::string& path, const std::string& key, const std::string& v) {
-  try {
-    size_t used = 0;
-    unsigned long long x = std::stoull(v, &used);
-    if (used == v.size()) return x;
-  } catch (...) {
+// A decimal integer in [0, max]: digits only (std::stoull would take "-1" and wrap it, " 7" and "+7").
+uint64_t parse_u64(const std::string& path, const std::string& key, const std::string& v, uint64_t max) {
+  if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos)
+    fail("checkpoint ", path, ": metadata ", key, " = '", v.substr(0, 40), v.size() > 40 ? "...'" : "'",
+         " is not a non-negative integer");
+  uint64_t x = 0;
+  for (char c : v)
+    if (__builtin_mul_overflow(x, uint64_t(10), &x) || __builtin_add_overflow(x, uint64_t(c - '0'), &x))
+      fail("checkpoint ", path, ": metadata ", key, " = '", v, "' is out of range");
+  if (x > max) fail("checkpoint ", path, ": metadata ", key, " = ", v, " is out of range (at most ", max, ")");
+  return x;
+}
+
+// Every parameter the stored configuration implies must be in the file as F32 of the right shape,
+// checked before a model is built from that configuration: a file whose configuration says
+// d_model = 65536 but holds a small model must fail here, naming the file, instead of asking for
+// terabytes of memory first.
+void check_tensors_match_config(const SafetensorsFile& f, const std::string& path, const Config& cfg) {
+  const ParamRegistry reg = GPT<float>::layout(cfg);
+  for (const auto& s : reg.specs()) {
+    if (!f.has(s.name))
+      fail("checkpoint ", path, ": its stored configuration (model.n_layer = ", cfg.model.n_layer, ", model.d_model = ",
+           cfg.model.d_model, ", model.vocab_size = ", cfg.model.vocab_size, ", ...) needs tensor '", s.name,
+           "', which the file does not hold; the file is damaged or its configuration was edited");
+    const auto& i = f.info(s.name);
+    if (i.dtype != "F32" || i.shape != s.shape) {
+      std::string want, got;
+      for (auto d : s.shape) want.append(want.empty() ? "" : ",").append(std::to_string(d));
+      for (auto d : i.shape) got.append(got.empty() ? "" : ",").append(std::to_string(d));
+      fail("checkpoint ", path, ": tensor '", s.name, "' is ", i.dtype, " [", got, "] but its stored configuration (model.d_model = ",
+           cfg.model.d_model, ", model.vocab_size = ", cfg.model.vocab_size, ", ...) needs F32 [", want,
+           "]; the file is damaged or its configuration was edited");
+    }
   }
-  fail("checkpoint ", path, ": metadata ", key, " = '", v, "' is not a non-negative integer");
+}
+
+// A tensor just read must hold finite numbers: NaN/Inf weights give NaN logits and garbage samples.
+void check_finite(const std::string& path, const std::string& name, const float* x, size_t n) {
+  if (kernels::all_finite(x, n)) return;
+  size_t i = 0;
+  while (i < n && std::isfinite(x[i])) ++i;
+  fail("checkpoint ", path, ": tensor '", name, "' holds a non-finite value (", x[i], " at element ", i,
+       "); the run that wrote it diverged; use an earlier checkpoint");
 }
 }  // namespace
 
@@ -65,7 +112,15 @@ Config read_checkpoint_config(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint ", path, ": metadata 'config' is not valid JSON (", e.what(), ")");
   }
-  return Config::from_json(j, path);
+  const Config cfg = Config::from_json(j, path);
+  check_tensors_match_config(f, path, cfg);
+  return cfg;
+}
+
+std::string read_checkpoint_environment(const std::string& path) {
+  SafetensorsFile f = SafetensorsFile::open(path);
+  const auto it = f.metadata().find("environment");
+  return it == f.metadata().end() ? std::string() : it->second;
 }
 
 TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float* adam_m, float* adam_v) {
@@ -87,20 +142,31 @@ TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float*
         diff += " " + it.key() + " (checkpoint " + (sa.contains(it.key()) ? sa[it.key()].dump() : "unset") + ", model " + it->dump() + ")";
     fail("checkpoint ", path, ": its architecture differs from the model being loaded:", diff);
   }
-  for (const auto& s : model.registry().specs()) f.read(s.name, model.params() + s.offset, s.shape, "F32");
+  for (const auto& s : model.registry().specs()) {
+    f.read(s.name, model.params() + s.offset, s.shape, "F32");
+    check_finite(path, s.name, model.params() + s.offset, s.numel);
+  }
   if (adam_m || adam_v) {
     if (!f.has("adam.m." + model.registry().specs()[0].name))
       fail("checkpoint ", path, ": holds no optimizer state (exported weights?); it cannot be resumed — start a new run from it instead");
     for (const auto& s : model.registry().specs()) {
       f.read("adam.m." + s.name, adam_m + s.offset, s.shape, "F32");
       f.read("adam.v." + s.name, adam_v + s.offset, s.shape, "F32");
+      check_finite(path, "adam.m." + s.name, adam_m + s.offset, s.numel);
+      check_finite(path, "adam.v." + s.name, adam_v + s.offset, s.numel);
     }
   }
   TrainingState st;
-  st.step = (int64_t)parse_u64(path, "step", need_meta(f, path, "step"));
-  st.tokens_seen = parse_u64(path, "tokens_seen", need_meta(f, path, "tokens_seen"));
+  // At most the largest train.steps a configuration allows (2^30): a hostile "99999999999" must
+  // not pass as a finished run, nor "-1" wrap round to 2^64 - 1.
+  st.step = (int64_t)parse_u64(path, "step", need_meta(f, path, "step"), kMaxCheckpointStep);
+  st.tokens_seen = parse_u64(path, "tokens_seen", need_meta(f, path, "tokens_seen"), UINT64_MAX);
   try {
     auto d = nlohmann::json::parse(need_meta(f, path, "data_state"));
+    if (!d.is_object() || !d.contains("epoch") || !d.contains("index") || !d["epoch"].is_number_unsigned() ||
+        !d["index"].is_number_unsigned())
+      fail("checkpoint ", path, ": metadata data_state = ", d.dump().substr(0, 80),
+           " is malformed (expected {\"epoch\": n, \"index\": n} with non-negative integers)");
     st.data_epoch = d.at("epoch").get<uint64_t>();
     st.data_index = d.at("index").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {

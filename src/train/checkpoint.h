@@ -13,6 +13,7 @@ namespace attnlab {
 
 constexpr const char* kCheckpointFormat = "attnlab";
 constexpr int kCheckpointFormatVersion = 1;
+constexpr int64_t kMaxCheckpointStep = int64_t(1) << 30;  // the largest train.steps
 
 struct TrainingState {
   int64_t step = 0;              // optimizer steps completed
@@ -20,15 +21,23 @@ struct TrainingState {
   uint64_t tokens_seen = 0;
 };
 
-// adam_m / adam_v may be nullptr (weights only: `attnlab export`).
+// adam_m / adam_v may be nullptr (weights only: `attnlab export`). Refuses (Error, nothing written)
+// when the weights or moments hold NaN or Inf. Records the numeric environment (train/environment.h).
 void save_checkpoint(const std::string& path, const GPT<float>& model, const float* adam_m, const float* adam_v,
                      const TrainingState& state);
 
-// Reads only the configuration stored in a checkpoint (to build the model before loading).
+// Reads only the configuration stored in a checkpoint (to build the model before loading), and
+// checks that the file holds every tensor that configuration implies (name, F32, shape) before
+// anything is allocated for it.
 Config read_checkpoint_config(const std::string& path);
 
+// The "environment" metadata (JSON text; empty for checkpoints written before it was recorded).
+std::string read_checkpoint_environment(const std::string& path);
+
 // Loads parameters (and Adam moments when adam_m/adam_v are non-null: an error if absent).
-// The stored configuration must match the model's; every tensor is checked for name, dtype and shape.
+// The stored configuration must match the model's; every tensor is checked for name, dtype and shape,
+// and for finite values (a NaN checkpoint is an Error naming the tensor). The step must be in
+// [0, kMaxCheckpointStep].
 TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float* adam_m, float* adam_v);
 
 }  // namespace attnlab

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace attnlab {
 
@@ -127,12 +128,6 @@ bool write_all(int fd, const void* data, size_t n) {
   return true;
 }
 
-std::string parent_dir(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 }  // namespace
 
@@ -209,8 +204,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   unsigned char len_le[8];
   for (int b = 0; b < 8; ++b) len_le[b] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * b));
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A temporary of our own (unique name, O_EXCL): a second writer of the same path never shares it.
+  TempFile tf = create_temp_beside(path);
+  const std::string& tmp = tf.path;
+  int fd = tf.fd;
   if (fd < 0) {
     const int err = errno;
     fail("safetensors file ", path, ": cannot create temporary file ", tmp, ": ", errno_text(err),
@@ -234,15 +231,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   if (::rename(tmp.c_str(), path.c_str()) != 0) abandon("cannot rename into place");
 
   // Make the rename itself durable. The new file is already in place if this fails.
-  const std::string dir = parent_dir(path);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
+  const std::string dir = parent_directory(path);
+  if (!sync_directory(dir)) {
     const int err = errno;
-    if (dfd >= 0) ::close(dfd);
     fail("safetensors file ", path, ": written, but cannot sync directory ", dir, ": ", errno_text(err),
          "; the file may not survive a crash");
   }
-  ::close(dfd);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,9 +32,9 @@ struct TensorRef {
   std::string dtype = "F32";
 };
 
-// Writes `tensors` and string `metadata` to `path` atomically: the bytes go to path + ".tmp" in
-// the same directory, which is fsync'ed, renamed over `path`, and the directory fsync'ed. A
-// failure at any point leaves any previous file at `path` intact, removes the tmp file, and
+// Writes `tensors` and string `metadata` to `path` atomically: the bytes go to a temporary of this
+// call's own in the same directory ("<path>.tmp.<pid>.<n>", created with O_EXCL, core/files.h),
+// which is fsync'ed, renamed over `path`, and the directory fsync'ed. A failure at any point leaves any previous file at `path` intact, removes the tmp file, and
 // throws an attnlab::Error naming the path and the errno text. Tensors are laid out by
 // decreasing element size, then by name, so every tensor starts at a multiple of its element
 // size (the header is space-padded so the data section starts at a multiple of 8).

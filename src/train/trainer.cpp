@@ -1,22 +1,28 @@
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
-
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/gemm.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "data/tokenizer.h"
 #include "kernels/adamw.h"
+#include "train/environment.h"
 #include "train/schedule.h"
 
 namespace attnlab {
@@ -57,6 +63,104 @@ double peak_gflops() {
   return 385.0;
 }
 
+// A number for the JSON log: %.9g, or null when it is NaN or infinite (JSON has no such numbers).
+// Writes into buf (no allocation: the step loop allocates nothing).
+const char* json_number(char* buf, size_t size, double x) {
+  if (!std::isfinite(x)) return "null";
+  std::snprintf(buf, size, "%.9g", x);
+  return buf;
+}
+
+bool write_all_fd(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = ENOSPC;
+      return false;
+    }
+    p += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+// metrics.jsonl, written line by line with write(2), every error reported (a log on a full disk,
+// or symlinked to /dev/full, must not be lost silently). A fresh run starts it empty; a resumed
+// run keeps only the lines of steps up to the checkpoint's (lines of a run killed after it, and a
+// torn last line, are dropped), so each step appears once.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool resume, int64_t resume_step) : path_(path) {
+    if (resume) keep_up_to(resume_step);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? O_APPEND : O_TRUNC), 0644);
+    if (fd_ < 0) {
+      const int err = errno;
+      fail("cannot write the metrics log ", path, ": ", std::strerror(err));
+    }
+  }
+  ~MetricsLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const char* line, size_t n) {
+    if (!write_all_fd(fd_, line, n)) {
+      const int err = errno;
+      fail("cannot write the metrics log ", path_, ": ", std::strerror(err),
+           " (checkpoints written so far are intact; free space or fix the path and resume)");
+    }
+  }
+  void write(const std::string& line) { write(line.data(), line.size()); }
+
+ private:
+  void keep_up_to(int64_t step) {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return;  // no log yet (the resumed run writes to another out_dir)
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // no newline at the end: a line torn by a kill
+      try {
+        const auto j = nlohmann::json::parse(line);
+        if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+          kept += line + "\n";
+      } catch (const nlohmann::json::exception&) {
+        // not JSON (a torn or foreign line): dropped
+      }
+    }
+    in.close();
+    TempFile t = create_temp_beside(path_);
+    if (t.fd < 0) {
+      const int err = errno;
+      fail("cannot rewrite the metrics log ", path_, ": cannot create ", t.path, " (", std::strerror(err), ")");
+    }
+    const bool ok = write_all_fd(t.fd, kept.data(), kept.size()) && ::fsync(t.fd) == 0;
+    const int err = errno;
+    ::close(t.fd);
+    if (!ok || ::rename(t.path.c_str(), path_.c_str()) != 0) {
+      const int e = ok ? errno : err;
+      ::unlink(t.path.c_str());
+      fail("cannot rewrite the metrics log ", path_, ": ", std::strerror(e));
+    }
+  }
+  std::string path_;
+  int fd_ = -1;
+};
+
+// step_NNNNNN.safetensors and model.safetensors in dir: the checkpoints of a run.
+std::vector<std::string> checkpoints_in(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool step_file = name.rfind("step_", 0) == 0 && name.size() > 17 &&
+                           name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    if (step_file || name == "model.safetensors") out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::string format_eta(double s) {
   char buf[32];
   if (s < 0 || !std::isfinite(s)) return "?";
@@ -95,6 +199,9 @@ double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const Tra
   float* grads = model.grads();
   const size_t total = model.registry().total();
   const double norm = std::sqrt(kernels::l2_norm_squared(grads, total));
+  // A NaN or infinite gradient would pass through clipping (NaN > clip is false) and AdamW into
+  // every weight: leave everything untouched and let the caller skip the step.
+  if (!std::isfinite(norm)) return norm;
   if (tc.grad_clip > 0 && norm > tc.grad_clip) kernels::scale_inplace(grads, total, float(tc.grad_clip / norm));
   // The registry lays decayed tensors out first (§0 policy), so AdamW is two contiguous calls.
   const size_t nd = model.registry().decayed_total();
@@ -119,6 +226,21 @@ class ShardTrainData final : public TrainData {
     loader_.validate_vocab(cfg.model.vocab_size);
     DataLoader val_check(val_, 1, cfg.model.seq_len, 0);
     val_check.validate_vocab(cfg.model.vocab_size);
+    // The tokenizer (when there is one) against the model's vocabulary. Larger than the model's: the
+    // sampler could not embed its ids, an error now rather than at `attnlab sample`. Smaller: the
+    // extra rows are never a target and merely waste parameters; `sample` never draws them.
+    if (std::error_code ec; std::filesystem::exists(cfg.data.tokenizer, ec)) {
+      const Tokenizer tok = Tokenizer::load(cfg.data.tokenizer);
+      if (tok.vocab_size() > cfg.model.vocab_size)
+        fail("data.tokenizer ", cfg.data.tokenizer, " has ", tok.vocab_size(), " tokens, more than model.vocab_size = ",
+             cfg.model.vocab_size, "; set model.vocab_size = ", tok.vocab_size());
+      if (tok.vocab_size() < cfg.model.vocab_size)
+        std::fprintf(stderr,
+                     "warning: model.vocab_size = %d is larger than the %d tokens of %s: ids %d..%d never occur in the data "
+                     "(wasted parameters; `attnlab sample` never draws them); set model.vocab_size = %d to match\n",
+                     cfg.model.vocab_size, tok.vocab_size(), cfg.data.tokenizer.c_str(), tok.vocab_size(),
+                     cfg.model.vocab_size - 1, tok.vocab_size());
+    }
   }
   void next(int32_t* inputs, int32_t* targets, float*) override { loader_.next(inputs, targets); }
   DataLoader::State state() const override { return loader_.state(); }
@@ -148,20 +270,93 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
 TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loader) {
   const TrainConfig& tc = cfg.train;
   const int B = tc.batch_size, T = cfg.model.seq_len;
+  const bool resuming = !opts.resume.empty();
+
+  // The run directory first: one trainer per directory (a second gets an error naming the holder),
+  // temporaries of killed writers removed, and a fresh run never mixed with an earlier run's files.
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(tc.out_dir, ec);
+    if (ec || !std::filesystem::is_directory(tc.out_dir))
+      fail("train.out_dir ", tc.out_dir, ": cannot create the directory (", ec ? ec.message() : "not a directory", ")");
+  }
+  const DirLock lock = DirLock::acquire(tc.out_dir, "train.out_dir", "attnlab train");
+  if (const size_t stale = remove_stale_temps(tc.out_dir); stale && !opts.quiet)
+    std::printf("removed %zu temporary file%s left in %s by a writer that was killed\n", stale, stale == 1 ? "" : "s",
+                tc.out_dir.c_str());
+  if (!resuming) {
+    const std::vector<std::string> old = checkpoints_in(tc.out_dir);
+    if (!old.empty() && !opts.force) {
+      std::string list;
+      for (size_t i = 0; i < old.size() && i < 3; ++i) list.append(i ? ", " : "").append(old[i]);
+      if (old.size() > 3) list += ", ... (" + std::to_string(old.size()) + " files)";
+      const std::string newest = std::find(old.begin(), old.end(), "model.safetensors") != old.end() ? "model.safetensors" : old.back();
+      fail("train.out_dir ", tc.out_dir, " already holds checkpoints of an earlier run (", list,
+           "); a new run would mix its files with them. Continue that run with `attnlab train --resume ", tc.out_dir, "/",
+           newest, "`, choose another train.out_dir, or pass --force to delete them and start over");
+    }
+    for (const auto& name : old) std::filesystem::remove(std::filesystem::path(tc.out_dir) / name);
+  }
 
   GPT<float> model(cfg);
   model.init_weights(tc.seed);
   model.plan(B, T);
-  Buffer adam_m(model.registry().total() * sizeof(float)), adam_v(model.registry().total() * sizeof(float));
+  const size_t total = model.registry().total();
+  Buffer adam_m(total * sizeof(float)), adam_v(total * sizeof(float));
   TrainingState state;
-  if (!opts.resume.empty()) {
+  if (resuming) {
     state = load_checkpoint(opts.resume, model, adam_m.as<float>(), adam_v.as<float>());
-    loader.restore({state.data_epoch, state.data_index});
+    if (state.step >= tc.steps)
+      fail("checkpoint ", opts.resume, " is at step ", state.step, " and train.steps = ", tc.steps,
+           ": there is nothing left to train; raise it, e.g. --set train.steps=", std::max<int64_t>(state.step * 2, 1));
+    const Config stored = read_checkpoint_config(opts.resume);
+    if (stored.data.train != cfg.data.train) {
+      // Other data: the stored position indexes the old shard's windows and means nothing here.
+      std::fprintf(stderr,
+                   "note: data.train is %s, the checkpoint's was %s: the data loader starts at the beginning of the new "
+                   "shard (the run is no longer the one the original data would have given)\n",
+                   cfg.data.train.c_str(), stored.data.train.c_str());
+    } else {
+      loader.restore({state.data_epoch, state.data_index});
+    }
+    // Bitwise-exact continuation needs the same numeric environment (train/environment.h).
+    const std::string env = read_checkpoint_environment(opts.resume);
+    const std::vector<std::string> diff =
+        env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env);
+    if (!diff.empty()) {
+      std::string list;
+      for (const auto& d : diff) list.append(list.empty() ? "" : "; ").append(d);
+      std::fprintf(stderr,
+                   "warning: resuming %s in another numeric environment (%s): training continues correctly, but not bit "
+                   "for bit as the original run would have (that needs the same thread count, CPU ISA, oneDNN build and "
+                   "FTZ/DAZ mode)\n",
+                   opts.resume.c_str(), list.c_str());
+    }
+    // The schedule is a function of train.steps, warmup, lr, ...: changing them moves the curve.
+    const double lr_was = learning_rate(stored.train, (int)state.step), lr_now = learning_rate(tc, (int)state.step);
+    if (std::fabs(lr_now - lr_was) > 1e-9 * std::max(std::fabs(lr_was), 1e-30)) {
+      std::string changed;
+      auto note = [&](const char* key, double a, double b) {
+        if (a != b) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "%s%s %g -> %g", changed.empty() ? "" : ", ", key, a, b);
+          changed += buf;
+        }
+      };
+      note("train.steps", stored.train.steps, tc.steps);
+      note("train.lr", stored.train.lr, tc.lr);
+      note("train.warmup", stored.train.warmup, tc.warmup);
+      note("train.min_lr_ratio", stored.train.min_lr_ratio, tc.min_lr_ratio);
+      note("train.wsd_decay_frac", stored.train.wsd_decay_frac, tc.wsd_decay_frac);
+      if (stored.train.schedule != tc.schedule)
+        changed.append(changed.empty() ? "" : ", ").append("train.schedule ").append(stored.train.schedule).append(" -> ").append(tc.schedule);
+      std::fprintf(stderr,
+                   "warning: the learning-rate schedule differs from the checkpoint's (%s): at step %lld the learning "
+                   "rate jumps from %.4g (the stored schedule) to %.4g\n",
+                   changed.c_str(), (long long)state.step, lr_was, lr_now);
+    }
   }
-  std::filesystem::create_directories(tc.out_dir);
-  const std::string metrics_path = tc.out_dir + "/metrics.jsonl";
-  std::ofstream metrics(metrics_path, opts.resume.empty() ? std::ios::trunc : std::ios::app);
-  if (!metrics) fail("cannot write the metrics log ", metrics_path);
+  MetricsLog metrics(tc.out_dir + "/metrics.jsonl", resuming, state.step);
 
   const double flops_tok = training_flops_per_token(model, T);
   const size_t tokens_per_step = (size_t)B * T * tc.grad_accum;
@@ -169,7 +364,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, %d threads\n", model.num_params(),
                 model.activation_bytes() / 1e6, gemm_backend_name(), omp_threads());
     std::printf("%s; %zu tokens per step\n", loader.describe().c_str(), tokens_per_step);
-    if (!opts.resume.empty()) std::printf("resumed from %s at step %lld\n", opts.resume.c_str(), (long long)state.step);
+    if (resuming) std::printf("resumed from %s at step %lld\n", opts.resume.c_str(), (long long)state.step);
     std::fflush(stdout);
   }
 
@@ -182,6 +377,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   double window_time = 0;
   int window_steps = 0;
   int steps_this_run = 0;
+  int bad_streak = 0;  // consecutive steps whose update was skipped
+  std::string last_checkpoint = resuming ? opts.resume : "none";
   auto checkpoint_path = [&](int64_t step) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "/step_%06lld.safetensors", (long long)step);
@@ -193,6 +390,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     state.data_index = ds.index;
     save_checkpoint(path, model, adam_m.as<float>(), adam_v.as<float>(), state);
     sum.checkpoint = path;
+    last_checkpoint = path;
   };
   auto run_eval = [&]() {
     const EvalResult r = loader.validate(model, tc.eval_batches);
@@ -201,8 +399,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
       std::printf("step %6lld | val loss %.4f | ppl %.2f\n", (long long)state.step, r.mean(), std::exp(r.mean()));
       std::fflush(stdout);
     }
-    metrics << nlohmann::json{{"step", state.step}, {"val_loss", r.mean()}, {"val_tokens", r.count}}.dump() << "\n";
-    metrics.flush();
+    // nlohmann writes NaN and Inf as null: the log stays valid JSON.
+    metrics.write(nlohmann::json{{"step", state.step}, {"val_loss", r.mean()}, {"val_tokens", r.count}}.dump() + "\n");
   };
 
   StopSignals signals;
@@ -215,9 +413,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
       loss += model.train_micro_step(in.data(), tgt.data(), grad_scale, loader.weighted() ? weights.data() : nullptr);
     }
     loss /= double(tokens_per_step);
-    if (!std::isfinite(loss)) fail("training diverged at step ", state.step, ": loss is ", loss, " (lower train.lr?)");
     const double lr = learning_rate(tc, (int)state.step);
-    const double norm = optimizer_step(model, adam_m.as<float>(), adam_v.as<float>(), tc, lr, (int)state.step + 1);
+    // The non-finite guard: a NaN/Inf loss or gradient skips the update (weights and moments stay
+    // as after the last good step; optimizer_step changes nothing for a non-finite gradient).
+    double norm = NAN;
+    if (std::isfinite(loss)) norm = optimizer_step(model, adam_m.as<float>(), adam_v.as<float>(), tc, lr, (int)state.step + 1);
+    const bool updated = std::isfinite(loss) && std::isfinite(norm);
     state.step += 1;
     state.tokens_seen += tokens_per_step;
     ++steps_this_run;
@@ -226,11 +427,34 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     ++window_steps;
     sum.losses.push_back(loss);
     sum.last_train_loss = loss;
-    // Formatted into a fixed buffer: the step loop allocates nothing (tests/test_no_alloc.cpp).
-    char line[256];
-    std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
-                  (long long)state.step, loss, lr, norm, dt * 1e3, tokens_per_step / dt);
-    metrics << line;
+    // Formatted into fixed buffers: the step loop allocates nothing (tests/test_no_alloc.cpp).
+    // Non-finite numbers are written as null (valid JSON), and a skipped step says so.
+    char line[320], loss_text[32], norm_text[32];
+    const int len = std::snprintf(line, sizeof line,
+                                  "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                                  (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
+                                  json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
+                                  tokens_per_step / dt);
+    metrics.write(line, size_t(std::min<int>(len, int(sizeof line) - 1)));
+    if (updated) {
+      bad_streak = 0;
+      // A finite gradient can still push weights to Inf (a huge lr × weight_decay): stop before
+      // such weights reach a checkpoint.
+      if (!kernels::all_finite(model.params(), total))
+        fail("training diverged at step ", state.step, ": the update made some weights NaN or Inf (train.lr = ", tc.lr,
+             ", train.weight_decay = ", tc.weight_decay, "); nothing was saved after it (last checkpoint: ", last_checkpoint,
+             "); lower train.lr or train.weight_decay");
+    } else {
+      ++bad_streak;
+      ++sum.skipped_steps;
+      std::fprintf(stderr, "step %lld: non-finite %s (loss %g, gradient norm %g): update skipped (%d of train.max_bad_steps = %d in a row)\n",
+                   (long long)state.step, std::isfinite(loss) ? "gradient" : "loss", loss, norm, bad_streak, tc.max_bad_steps);
+      if (bad_streak >= tc.max_bad_steps)
+        fail("training diverged: ", bad_streak, " steps in a row (", state.step - bad_streak + 1, " to ", state.step,
+             ") had a non-finite loss or gradient and were skipped; no checkpoint was written after step ",
+             state.step - bad_streak, " (last checkpoint: ", last_checkpoint, "); lower train.lr (now ", tc.lr,
+             ") or raise train.max_bad_steps (now ", tc.max_bad_steps, ")");
+    }
     if (!opts.quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
       const double ms = window_time / window_steps * 1e3;
       const double tps = tokens_per_step / (window_time / window_steps);
@@ -243,7 +467,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
       window_steps = 0;
     }
     if (tc.eval_every > 0 && state.step % tc.eval_every == 0 && state.step < tc.steps) run_eval();
-    if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0) save(checkpoint_path(state.step));
+    // Checkpoints only after a good update: during a streak of skipped steps the newest file on
+    // disk stays the last good one.
+    if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
     if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
     if (g_stop_signal) {
       if (!opts.quiet)
@@ -256,7 +482,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
       break;
     }
   }
-  metrics.flush();
   sum.steps = state.step;
   const double elapsed = run_timer.seconds();
   sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;

@@ -19,6 +19,7 @@ class Shard;
 struct TrainOptions {
   std::string resume;          // checkpoint to resume from (exact resume)
   int stop_after = -1;         // stop (with a checkpoint) after this many optimizer steps in this run; -1 = no
+  bool force = false;          // a fresh run may replace the checkpoints of an earlier run in train.out_dir
   bool quiet = false;
 };
 
@@ -27,7 +28,8 @@ struct TrainSummary {
   double last_train_loss = 0, val_loss = 0;
   double tokens_per_s = 0;
   std::string checkpoint;
-  std::vector<double> losses;  // train loss per optimizer step taken in this run
+  std::vector<double> losses;  // train loss per optimizer step taken in this run (NaN/Inf for a skipped step)
+  int64_t skipped_steps = 0;   // steps whose update was skipped (non-finite loss or gradient)
 };
 
 // Sum of losses and number of targets over the first `max_batches` batches (0: all) of a shard's
@@ -39,7 +41,9 @@ EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches);
 double training_flops_per_token(const GPT<float>& model, int T);
 
 // Global-norm clipping and one AdamW update of every parameter (decay per the registry, §0).
-// t is the 1-based step for bias correction. Returns the gradient norm before clipping.
+// t is the 1-based step for bias correction. Returns the gradient norm before clipping. When that
+// norm is not finite (a NaN or Inf gradient anywhere), nothing is changed (weights, moments and
+// gradients stay as they are) and the non-finite norm is returned: the caller skips the step.
 double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const TrainConfig& tc, double lr, int t);
 
 // Where the training loop gets its micro-batches and its validation loss: the token shards of
