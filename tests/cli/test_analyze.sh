@@ -3,15 +3,7 @@
 # for a few steps (XSA, GOAT with a sink, Block AttnRes, DAR, mHC), analyze each and check the JSON's
 # keys and, when Debian's python3-matplotlib is installed, the PNGs; bad input fails cleanly.
 # Usage: test_analyze.sh ATTNLAB_BINARY SOURCE_DIR
-set -uo pipefail
-BIN=$1
-SRC=$2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib.sh"
 
 inputs=()
 for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
@@ -106,5 +98,4 @@ err=$("$BIN" analyze --checkpoint "$WORK/missing.safetensors" --data "$WORK/data
 err=$("$BIN" analyze --checkpoint "$WORK/xsa/model.safetensors" --data "$WORK/nope.bin" --out "$WORK/x" 2>&1 >/dev/null)
 [ $? -eq 1 ] && grep -q "nope.bin" <<<"$err" && ok "missing data" || bad "missing data: $err"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

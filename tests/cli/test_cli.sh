@@ -2,24 +2,7 @@
 # End-to-end: prepare → train → eval → forward → sample → grads with the real binary on the small
 # committed corpus, and bad input that must fail with a clear message (exit 1, no crash).
 # Usage: test_cli.sh ATTNLAB_BINARY SOURCE_DIR
-set -uo pipefail
-BIN=$1
-SRC=$2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
-# expect_error NAME PATTERN CMD... : the command must exit 1 and print PATTERN on stderr
-expect_error() {
-  local name=$1 pattern=$2
-  shift 2
-  local err
-  err=$("$@" 2>&1 >/dev/null)
-  local rc=$?
-  if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<<"$err"; then ok "$name"; else bad "$name (rc=$rc, stderr: $err)"; fi
-}
+source "$(dirname "$0")/lib.sh"
 
 inputs=()
 for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
@@ -167,5 +150,4 @@ done
 expect_error "GOAT on too narrow heads" "attn.goat.pos_rank" "$BIN" info --preset tiny --set attn.pos=goat --set model.n_head=8
 expect_error "inactive GOAT key" "attn.goat.init" "$BIN" info --preset tiny --set attn.goat.init=uniform
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -2,14 +2,7 @@
 # DNA as a second domain with the real binary (docs/data.md, "DNA"): prepare --dna on a generated
 # gzip FASTA, then the ordinary train and eval --lengths on the shards; bad input fails cleanly.
 # Usage: test_dna.sh ATTNLAB_BINARY SOURCE_DIR
-set -uo pipefail
-BIN=$1
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib.sh"
 
 # A deterministic pseudo-genome: 2 records of 6000 bases, 60 per line.
 awk 'BEGIN { s = 12345; split("A C G T", b, " ");
@@ -37,5 +30,4 @@ err=$("$BIN" prepare --dna "$WORK/missing.fa" --out "$WORK/x" 2>&1 >/dev/null); 
 err=$("$BIN" prepare --dna "$WORK/g.fa" --input "$WORK/g.fa" --out "$WORK/x" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "not both" <<<"$err" && ok "--dna with --input is an error" || bad "--dna and --input: rc=$rc $err"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -3,23 +3,7 @@
 # (agreement with `attnlab eval` at T_train, JSON, N/A for learned positions, peak memory at 8×
 # against 1×) and `attnlab task passkey|needle|mqar --train/--eval`, plus bad input.
 # Usage: test_long_context.sh ATTNLAB_BINARY SOURCE_DIR
-set -uo pipefail
-BIN=$1
-SRC=$2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
-expect_error() {
-  local name=$1 pattern=$2
-  shift 2
-  local err
-  err=$("$@" 2>&1 >/dev/null)
-  local rc=$?
-  if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<<"$err"; then ok "$name"; else bad "$name (rc=$rc, stderr: $err)"; fi
-}
+source "$(dirname "$0")/lib.sh"
 # json_num FILE KEY N: the N-th (1-based) number after "KEY": in a pretty-printed JSON file
 json_num() { grep -o "\"$2\": [-0-9.e+]*" "$1" | sed -n "${3}p" | awk '{print $2}'; }
 
@@ -108,5 +92,4 @@ expect_error "task needs --train or --eval" "exactly one of --train and --eval" 
 expect_error "sequence too short for passkey" "model.seq_len must be at least 67" "$BIN" task passkey --train --preset tiny --quiet
 expect_error "--depths on passkey" "needle task only" "$BIN" task passkey --eval --checkpoint "$WORK/passkey/model.safetensors" --depths 0.5
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -3,24 +3,7 @@
 # run directory, resume with other data, cheap checks before large allocations, bad numbers in
 # `sample`, `forward` on a long shard, CLI parse errors, and the resume warnings.
 # Usage: test_reliability.sh ATTNLAB_BINARY SOURCE_DIR
-set -uo pipefail
-BIN=$1
-SRC=$2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
-# expect_error NAME PATTERN CMD... : the command must exit 1 and print PATTERN on stderr
-expect_error() {
-  local name=$1 pattern=$2
-  shift 2
-  local err
-  err=$("$@" 2>&1 >/dev/null)
-  local rc=$?
-  if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<<"$err"; then ok "$name"; else bad "$name (rc=$rc, stderr: $err)"; fi
-}
+source "$(dirname "$0")/lib.sh"
 
 "$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/d1" --vocab 400 >/dev/null 2>&1 || bad "prepare d1"
 "$BIN" prepare --input "$SRC/tests/data/tdavid_psalms_1-2.txt" --input "$SRC/tests/data/web_genesis_1-30.txt" \
@@ -159,5 +142,4 @@ else
 fi
 ls -a "$WORK" | grep -q '\.tmp' && bad "temporary files left: $(ls -a "$WORK" | grep tmp)" || ok "no temporary files left"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

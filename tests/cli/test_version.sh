@@ -2,13 +2,7 @@
 # One version number: project(VERSION) in CMakeLists.txt reaches `attnlab --version`, the metadata of
 # every checkpoint (attnlab_version) and the README's status line.
 # Usage: test_version.sh ATTNLAB_BINARY SOURCE_DIR
-set -uo pipefail
-BIN=$1
-SRC=$2
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-pass=0
-fail=0
+source "$(dirname "$0")/lib.sh"
 check() { if [ "$2" = "$3" ]; then echo "PASS: $1"; pass=$((pass + 1)); else echo "FAIL: $1: '$2' != '$3'"; fail=$((fail + 1)); fi; }
 
 cmake_version=$(sed -n 's/^project(attnlab VERSION \([0-9.]*\) .*/\1/p' "$SRC/CMakeLists.txt")
@@ -23,5 +17,4 @@ if "$BIN" init --preset tiny --out "$WORK/m.safetensors" >/dev/null 2>&1; then
 else
   check "attnlab init" failed ok
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish
