@@ -26,5 +26,6 @@ void register_train(CLI::App& app);
 void register_infer(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_analyze(CLI::App& app);
+void register_compare(CLI::App& app);
 
 }  // namespace attnlab::cli

@@ -154,6 +154,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
   double window_time = 0;
   int window_steps = 0;
   int steps_this_run = 0;
+  double train_seconds = 0;
   auto checkpoint_path = [&](int64_t step) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "/step_%06lld.safetensors", (long long)step);
@@ -175,6 +176,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     }
     metrics << nlohmann::json{{"step", state.step}, {"val_loss", r.mean()}, {"val_tokens", r.count}}.dump() << "\n";
     metrics.flush();
+    if (opts.on_eval) opts.on_eval(state.step, r.mean(), r.count);
   };
 
   StopSignals signals;
@@ -203,6 +205,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
                   (long long)state.step, loss, lr, norm, dt * 1e3, tokens_per_step / dt);
     metrics << line;
+    train_seconds += dt;
+    if (opts.on_step) opts.on_step(state.step, loss, tokens_per_step / dt);
     if (!opts.quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
       const double ms = window_time / window_steps * 1e3;
       const double tps = tokens_per_step / (window_time / window_steps);
@@ -218,6 +222,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
     if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0) save(checkpoint_path(state.step));
     if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
     if (g_stop_signal) {
+      sum.interrupted = state.step < tc.steps;
       if (!opts.quiet)
         std::printf("interrupted (signal %d) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
                     (int)g_stop_signal, (long long)state.step, tc.out_dir.c_str());
@@ -232,6 +237,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts) {
   sum.steps = state.step;
   const double elapsed = run_timer.seconds();
   sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;
+  sum.train_seconds = train_seconds;
+  sum.steps_this_run = steps_this_run;
+  sum.num_params = model.num_params();
   run_eval();
   save(tc.out_dir + "/model.safetensors");
   if (!opts.quiet) {
