@@ -284,7 +284,7 @@ std::string results_markdown(const json& results) {
   o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
   o << "Base: preset `" << g["preset"].get<std::string>() << "`";
   if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
-  o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per run; seeds";
+  o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step per run; seeds";
   for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
   o << ". Validation loss on the whole validation shard (" << results["val_tokens"].get<long long>() << " tokens), mean ± sd over seeds; "
     << "Δ = variant − baseline (`" << g["baseline"].get<std::string>() << "`) with Welch's t-test and its 95% interval.\n\n";
@@ -317,7 +317,8 @@ std::string results_markdown(const json& results) {
                   num(s["tokens_per_s"]["mean"], "%.0f").c_str(), loss.c_str(), d.c_str(), ci.c_str(), p.c_str());
     o << buf;
   }
-  o << "\nWith 2 seeds the interval is wide (t quantile 12.7 at 1 degree of freedom): treat p-values as rough.\n";
+  o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "
+       "of freedom, 4.3 at 2): treat the p-values as rough.\n";
   return o.str();
 }
 
@@ -415,7 +416,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     steps_left -= start_step;
     if (opts.stop_after_steps >= 0) to.stop_after = opts.stop_after_steps;
 
-    Timer run_timer, print_timer;
+    Timer print_timer;
     int64_t last_printed = -1;
     const double tokens_per_step_run = double(cfg.train.batch_size) * cfg.model.seq_len * cfg.train.grad_accum;
     to.on_step = [&](int64_t step, double loss, double tps) {

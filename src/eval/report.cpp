@@ -44,19 +44,20 @@ struct Series {
   bool dashed = false;
 };
 
-std::vector<double> ticks(double lo, double hi, int target = 6) {
+std::vector<double> ticks(double lo, double hi, int target = 6, bool integer = false) {
   std::vector<double> t;
   if (!(hi > lo)) { t.push_back(lo); return t; }
   const double raw = (hi - lo) / target, p = std::pow(10.0, std::floor(std::log10(raw)));
   double step = p;
   for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) if (m * p >= raw) { step = m * p; break; }
+  if (integer) step = std::max(1.0, std::round(step));
   for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
   return t;
 }
 
 // A line plot with optional bands, axes, ticks and a legend, as one <svg>.
 std::string line_plot(const std::string& title, const std::string& xlabel, const std::string& ylabel, const std::vector<Series>& ss,
-                      int W = 760, int H = 380) {
+                      int W = 760, int H = 380, bool integer_x = false) {
   const double L = 70, R = 170, T = 34, B = 50;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const auto& s : ss)
@@ -78,7 +79,7 @@ std::string line_plot(const std::string& title, const std::string& xlabel, const
     << "\" role=\"img\" aria-label=\"" << esc(title) << "\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o << "<text x=\"" << W / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << esc(title) << "</text>\n";
-  for (double t : ticks(x0, x1)) {
+  for (double t : ticks(x0, x1, 6, integer_x)) {
     o << "<line x1=\"" << f(X(t)) << "\" x2=\"" << f(X(t)) << "\" y1=\"" << T << "\" y2=\"" << H - B << "\" stroke=\"#eee\"/>";
     o << "<text x=\"" << f(X(t)) << "\" y=\"" << H - B + 16 << "\" text-anchor=\"middle\" font-size=\"11\">" << f(t, "%g") << "</text>\n";
   }
@@ -276,8 +277,8 @@ std::string render_report_html(const json& results) {
       cos.push_back(a);
       self.push_back(b);
     }
-    o << "<figure id=\"fig-similarity\" class=\"figure\">\n<div class=\"grid\">" << line_plot("cos(y, v) by layer (§8.1, before XSA)", "layer", "mean cos(y_t, v_t)", cos, 560, 320)
-      << line_plot("self weight a_tt by layer (§8.1)", "layer", "mean a_tt", self, 560, 320)
+    o << "<figure id=\"fig-similarity\" class=\"figure\">\n<div class=\"grid\">" << line_plot("cos(y, v) by layer (§8.1, before XSA)", "layer", "mean cos(y_t, v_t)", cos, 560, 320, true)
+      << line_plot("self weight a_tt by layer (§8.1)", "layer", "mean a_tt", self, 560, 320, true)
       << "</div><figcaption>The similarity bias XSA removes: the cosine between each head's output (before XSA) and the token's own "
          "value, and the attention weight of a token on itself, mean over heads, sequences and positions.</figcaption>\n</figure>\n";
     bool any_goat = false;
