@@ -284,7 +284,7 @@ std::string results_markdown(const json& results) {
   o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
   o << "Base: preset `" << g["preset"].get<std::string>() << "`";
   if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
-  o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step per run; seeds";
+  o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step; seeds";
   for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
   o << ". Validation loss on the whole validation shard (" << results["val_tokens"].get<long long>() << " tokens), mean ± sd over seeds; "
     << "Δ = variant − baseline (`" << g["baseline"].get<std::string>() << "`) with Welch's t-test and its 95% interval.\n\n";
