@@ -306,9 +306,14 @@ std::string results_markdown(const json& results) {
     std::string d = "baseline", ci = "", p = "";
     if (!s["vs_baseline"].is_null()) {
       d = num(s["vs_baseline"]["diff"], "%+.4f");
-      ci = s["vs_baseline"]["ci95"].is_array()
-               ? "[" + num(s["vs_baseline"]["ci95"][0], "%+.4f") + ", " + num(s["vs_baseline"]["ci95"][1], "%+.4f") + "]"
-               : "–";
+      ci = "–";
+      if (s["vs_baseline"]["ci95"].is_array()) {
+        ci = "[";
+        ci += num(s["vs_baseline"]["ci95"][0], "%+.4f");
+        ci += ", ";
+        ci += num(s["vs_baseline"]["ci95"][1], "%+.4f");
+        ci += "]";
+      }
       p = s["vs_baseline"]["p"].is_number() ? num(s["vs_baseline"]["p"], s["vs_baseline"]["p"].get<double>() < 1e-3 ? "%.1e" : "%.3f")
                                              : "–";
     }
@@ -350,7 +355,10 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       as.push_back({"train.seed", std::to_string(seed), "compare"});
       as.push_back({"train.ckpt_every", std::to_string(ckpt), "compare"});
       as.push_back({"train.time_limit", "0", "compare"});
-      as.push_back({"train.out_dir", "\"" + (runs_dir / id).string() + "\"", "compare"});
+      std::string out_dir = "\"";  // built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&
+      out_dir += (runs_dir / id).string();
+      out_dir += '"';
+      as.push_back({"train.out_dir", out_dir, "compare"});
       runs.push_back({&v, seed, id, resolve_config(as)});
     }
   const size_t tokens_per_step = (size_t)runs[0].cfg.train.batch_size * runs[0].cfg.model.seq_len * runs[0].cfg.train.grad_accum;
