@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -175,6 +176,18 @@ std::string latest_checkpoint(const fs::path& dir, int64_t* step) {
   }
   if (step) *step = best_step;
   return best;
+}
+
+// Removes the trainer's step_NNNNNN.safetensors in `dir` with a step below `keep` (all of them for
+// keep < 0): a run keeps at most its latest periodic checkpoint, and none once finished.
+void prune_step_checkpoints(const fs::path& dir, int64_t keep) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() != 23 || name.substr(11) != ".safetensors") continue;
+    const long long s = std::atoll(name.substr(5, 6).c_str());
+    if (keep < 0 || s < keep) fs::remove(e.path(), ec);
+  }
 }
 
 std::string sets_text(const std::vector<std::string>& sets) {
@@ -427,7 +440,10 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     Timer print_timer;
     int64_t last_printed = -1;
     const double tokens_per_step_run = double(cfg.train.batch_size) * cfg.model.seq_len * cfg.train.grad_accum;
+    const int ckpt_every = cfg.train.ckpt_every;
     to.on_step = [&](int64_t step, double loss, double tps) {
+      // The trainer wrote step_(step−1) after the previous step: the older ones are not needed.
+      if (ckpt_every > 0 && step > 1 && (step - 1) % ckpt_every == 0) prune_step_checkpoints(dir, step - 1);
       progress["train"].push_back(json::array({step, loss, tps}));
       write_file_atomic(progress_path, progress.dump());
       const double dt = tokens_per_step_run / tps;
@@ -503,6 +519,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       result["analysis"] = compact_analysis(a);
     }
     write_file_atomic(result_path, result.dump(1) + "\n");
+    prune_step_checkpoints(dir, -1);  // model.safetensors stays
     ++finished_here;
     if (!opts.quiet) {
       std::printf("[run %zu/%zu] %s: done, val loss %.4f (whole shard, %zu tokens), %.0f tok/s, %zu parameters\n", i + 1, N, run.id.c_str(),
