@@ -52,6 +52,15 @@ def label(path, doc):
     return "%s (%s, T_train %d)" % (name, doc.get("pos", "?"), doc.get("train_len", 0))
 
 
+STYLES = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"), ("X", "-."), ("*", ":")]
+
+
+def style(i):
+    """Marker and line style of the i-th checkpoint, so that coinciding lines stay visible."""
+    m, ls = STYLES[i % len(STYLES)]
+    return {"marker": m, "linestyle": ls, "markersize": 7 - 1.5 * (i % 3)}
+
+
 def png_next_to(path):
     root, ext = os.path.splitext(path)
     return (root if ext == ".json" else path) + ".png"
@@ -68,19 +77,19 @@ def log2_axis(ax, multiples):
 def plot_lengths(reports, out):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
     all_mult = []
-    for path, d in reports:
+    for i, (path, d) in enumerate(reports):
         lab = label(path, d)
         ls = [l for l in d["lengths"]]
         mult = [l["multiple"] for l in ls]
         all_mult += mult
-        line, = axes[0].plot(mult, [nan(l["loss"]) for l in ls], "o-", label=lab)
-        axes[1].plot(mult, [nan(l.get("loss_beyond_train")) for l in ls], "o-", color=line.get_color(), label=lab)
+        line, = axes[0].plot(mult, [nan(l["loss"]) for l in ls], label=lab, **style(i))
+        axes[1].plot(mult, [nan(l.get("loss_beyond_train")) for l in ls], color=line.get_color(), label=lab, **style(i))
         app = [l for l in ls if l.get("applicable", True) and l.get("buckets")]
         if app:
             longest = max(app, key=lambda l: l["length"])
             T = d["train_len"]
             xs = [(b["start"] + b["end"]) / 2 / T for b in longest["buckets"]]
-            axes[2].plot(xs, [nan(b["loss"]) for b in longest["buckets"]], "o-", color=line.get_color(),
+            axes[2].plot(xs, [nan(b["loss"]) for b in longest["buckets"]], color=line.get_color(), **style(i),
                          label="%s, length %g×" % (lab, longest["multiple"]))
     for ax in axes[:2]:
         log2_axis(ax, all_mult)
@@ -124,13 +133,13 @@ def plot_tasks(reports, out):
               ("answer_logprob", "log-probability of the answer", "log p(answer) (nats, sum over its tokens)")]
     all_mult = []
     tasks = sorted(set(d.get("task", "?") for _, d in reports))
-    for path, d in reports:
+    for i, (path, d) in enumerate(reports):
         lab = label(path, d) + (" [%s]" % d.get("task") if len(tasks) > 1 else "")
         for ax, (key, _, _) in zip(axes, panels):
             m = mean_by_multiple(d["cells"], key)
             xs = sorted(m)
             all_mult += xs
-            ax.plot(xs, [nan(m[x]) for x in xs], "o-", label=lab)
+            ax.plot(xs, [nan(m[x]) for x in xs], label=lab, **style(i))
     for ax, (key, title, ylabel) in zip(axes, panels):
         log2_axis(ax, all_mult)
         ax.set_xlabel("evaluation length (multiples of T_train)")
