@@ -2,8 +2,6 @@
 // shard, written as DIR/analysis.json (schema: docs/analysis.md), then one PNG per diagnostic by
 // scripts/plot_analysis.py (Debian's python3-matplotlib, run with /usr/bin/python3). Without python3
 // or matplotlib the JSON is still written and a note says how to get the plots.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/plots.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "eval/analyze.h"
@@ -27,26 +26,6 @@ struct AnalyzeArgs {
   uint64_t seed = 0;
   bool no_plots = false, no_rescue_by_depth = false;
 };
-
-// The plotting script: --plot-script, else next to the binary's source tree as CMake built it
-// (ATTNLAB_SOURCE_DIR), else scripts/ relative to the working directory.
-std::string find_plot_script(const AnalyzeArgs& a) {
-  if (!a.plot_script.empty()) return a.plot_script;
-  std::vector<fs::path> candidates;
-#ifdef ATTNLAB_SOURCE_DIR
-  candidates.push_back(fs::path(ATTNLAB_SOURCE_DIR) / "scripts" / "plot_analysis.py");
-#endif
-  candidates.push_back(fs::path("scripts") / "plot_analysis.py");
-  for (const auto& c : candidates)
-    if (fs::exists(c)) return c.string();
-  return "";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 void run_analyze(const AnalyzeArgs& a) {
   const Config cfg = read_checkpoint_config(a.checkpoint);
@@ -103,23 +82,7 @@ void run_analyze(const AnalyzeArgs& a) {
   std::fflush(stdout);
   if (a.no_plots) return;
 
-  const std::string py = "/usr/bin/python3", script = find_plot_script(a);
-  if (::access(py.c_str(), X_OK) != 0) {
-    std::printf("note: %s is missing: wrote the JSON only (plots need Debian's python3 and python3-matplotlib)\n", py.c_str());
-    return;
-  }
-  if (script.empty()) {
-    std::printf("note: scripts/plot_analysis.py not found (pass --plot-script): wrote the JSON only\n");
-    return;
-  }
-  const std::string cmd = py + " " + shell_quote(script) + " " + shell_quote(path) + " " + shell_quote(a.out);
-  const int rc = std::system(cmd.c_str());
-  const int code = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  if (code == 3)
-    std::printf("note: matplotlib is not installed for %s: wrote the JSON only (apt-get install python3-matplotlib, then run "
-                "%s %s %s)\n", py.c_str(), py.c_str(), script.c_str(), path.c_str());
-  else if (code != 0)
-    std::printf("note: the plotting script failed (exit %d): the JSON is complete\n", code);
+  run_plot_script("plot_analysis.py", a.plot_script, {path, a.out});
 }
 
 }  // namespace

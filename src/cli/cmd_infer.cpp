@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "cli/common.h"
+#include "cli/plots.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/files.h"
@@ -42,7 +43,8 @@ struct EvalArgs {
   std::string checkpoint, data;
   int seq_len = 0, batch_size = 8, batches = 0;
   // length extrapolation (docs/long-context.md)
-  std::string lengths, json;
+  std::string lengths, json, plot_script;
+  bool no_plots = false;
   size_t tokens = 0;
   int chunk = 0, bucket = 0, bos = 1;
 };
@@ -71,12 +73,15 @@ void run_length_eval(const EvalArgs& a) {
   if (!a.json.empty()) {
     data_files::write_file_atomically(a.json, {length_report_json(rep).dump(2), "\n"}, "JSON report");
     std::printf("wrote %s\n", a.json.c_str());
+    // the PNG next to the JSON (F.json -> F.png), scripts/plot_long_context.py
+    if (!a.no_plots) run_plot_script("plot_long_context.py", a.plot_script, {a.json});
   }
 }
 
 void run_eval(const EvalArgs& a) {
   if (!a.lengths.empty()) return run_length_eval(a);
   if (!a.json.empty() || a.tokens || a.chunk || a.bucket) fail("--json, --tokens, --chunk and --bucket need --lengths");
+  if (a.no_plots || !a.plot_script.empty()) fail("--no-plots and --plot-script need --lengths and --json");
   if (a.seq_len < 0) fail("--seq-len ", a.seq_len, ": must be positive (or 0 for model.seq_len)");
   if (a.batches < 0) fail("--batches ", a.batches, ": must be positive (or 0 for the whole shard)");
   // The cheap checks first: the shard and the checkpoint's configuration, before any memory is planned.
@@ -239,7 +244,9 @@ void register_infer(CLI::App& app) {
     cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (default: model.seq_len)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (default 1, attnlab prepare's BOS)");
-    cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file");
+    cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file, and a PNG next to it");
+    cmd->add_flag("--no-plots", a->no_plots, "with --json: write the JSON only (no PNG)");
+    cmd->add_option("--plot-script", a->plot_script, "with --json: the plotting script (default: scripts/plot_long_context.py of the source tree)");
     cmd->callback([a] { run_eval(*a); });
   }
   {

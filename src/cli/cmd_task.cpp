@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/plots.h"
 #include "core/error.h"
 #include "data/files.h"
 #include "eval/long_context.h"
@@ -18,13 +19,13 @@ namespace {
 
 struct TaskArgs {
   std::string name;
-  bool do_train = false, do_eval = false, quiet = false;
+  bool do_train = false, do_eval = false, quiet = false, no_plots = false;
   std::string resume;
   int stop_after = -1;
   ConfigArgs config;
   tasks::TaskParams params;
   // eval
-  std::string checkpoint, lengths = "1,2,4,8", depths, json;
+  std::string checkpoint, lengths = "1,2,4,8", depths, json, plot_script;
   int samples = 256, batch_size = 8, chunk = 0;
   uint64_t seed = 1;
 };
@@ -92,6 +93,8 @@ void run_task(TaskArgs& a) {
   if (!a.json.empty()) {
     data_files::write_file_atomically(a.json, {tasks::task_report_json(rep).dump(2), "\n"}, "JSON report");
     std::printf("wrote %s\n", a.json.c_str());
+    // the PNG next to the JSON (F.json -> F.png), scripts/plot_long_context.py
+    if (!a.no_plots) run_plot_script("plot_long_context.py", a.plot_script, {a.json});
   }
 }
 
@@ -119,7 +122,9 @@ void register_task(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "with --eval: seed of the evaluation samples (training uses train.seed)");
   cmd->add_option("--batch-size", a->batch_size, "with --eval: samples evaluated side by side")->check(CLI::PositiveNumber);
   cmd->add_option("--chunk", a->chunk, "with --eval: tokens per KV-cached chunk (default model.seq_len)")->check(CLI::PositiveNumber);
-  cmd->add_option("--json", a->json, "with --eval: also write the report as JSON");
+  cmd->add_option("--json", a->json, "with --eval: also write the report as JSON, and a PNG next to it");
+  cmd->add_flag("--no-plots", a->no_plots, "with --eval --json: write the JSON only (no PNG)");
+  cmd->add_option("--plot-script", a->plot_script, "with --eval --json: the plotting script (default: scripts/plot_long_context.py of the source tree)");
   cmd->callback([a] { run_task(*a); });
 }
 

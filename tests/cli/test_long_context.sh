@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long-context instruments with the real binary (docs/long-context.md): `attnlab eval --lengths`
 # (agreement with `attnlab eval` at T_train, JSON, N/A for learned positions, peak memory at 8×
-# against 1×) and `attnlab task passkey|needle|mqar --train/--eval`, plus bad input.
+# against 1×, the PNG next to --json) and `attnlab task passkey|needle|mqar --train/--eval`, plus bad input.
 # Usage: test_long_context.sh ATTNLAB_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh"
 # json_num FILE KEY N: the N-th (1-based) number after "KEY": in a pretty-printed JSON file
@@ -31,6 +31,21 @@ if "$BIN" eval --checkpoint "$CK" --data "$VAL" --lengths 1,2,4,8 --tokens 2048 
 else
   bad "eval --lengths: $(tail -5 "$WORK/len.log")"
 fi
+# The PNG next to the JSON (scripts/plot_long_context.py) when Debian's python3-matplotlib is installed,
+# a note otherwise; --no-plots writes the JSON only; a failing plot step leaves the JSON and a note.
+have_mpl=0
+/usr/bin/python3 -c "import matplotlib" 2>/dev/null && have_mpl=1
+if [ $have_mpl -eq 1 ]; then
+  [ -s "$WORK/len.png" ] && grep -q "wrote $WORK/len.png" "$WORK/len.log" && ok "eval --lengths --json: len.png next to the JSON" \
+    || bad "no len.png: $(tail -3 "$WORK/len.log")"
+else
+  grep -q "^note:" "$WORK/len.log" && ok "eval --lengths --json without matplotlib: a note" || bad "no note: $(tail -3 "$WORK/len.log")"
+fi
+"$BIN" eval --checkpoint "$CK" --data "$VAL" --lengths 1,2 --tokens 128 --json "$WORK/np.json" --no-plots >"$WORK/np.log" 2>&1
+[ -s "$WORK/np.json" ] && [ ! -e "$WORK/np.png" ] && ! grep -q "^note:" "$WORK/np.log" && ok "eval --lengths --json --no-plots: the JSON only" \
+  || bad "--no-plots: $(tail -3 "$WORK/np.log")"
+out=$("$BIN" eval --checkpoint "$CK" --data "$VAL" --lengths 1,2 --tokens 128 --json "$WORK/ns.json" --plot-script "$WORK/missing.py" 2>&1)
+[ $? -eq 0 ] && [ -s "$WORK/ns.json" ] && grep -q "^note:" <<<"$out" && ok "a failing plot step leaves the JSON and a note" || bad "failing plot: $out"
 "$BIN" eval --checkpoint "$CK" --data "$VAL" --lengths 32tok,0.5 --tokens 64 >"$WORK/abs.log" 2>&1 && grep -q "^ *16 " "$WORK/abs.log" \
   && ok "absolute (32tok) and fractional (0.5) lengths" || bad "lengths 32tok,0.5: $(cat "$WORK/abs.log")"
 
@@ -67,6 +82,9 @@ for t in passkey needle mqar; do
     want=2
     [ "$t" == needle ] && want=4
     [ "$cells" -eq $want ] && ok "task $t: train, eval ($cells cells)" || bad "task $t: $cells cells, want $want"
+    if [ $have_mpl -eq 1 ]; then
+      [ -s "$WORK/$t.png" ] && ok "task $t --eval --json: $t.png next to the JSON" || bad "task $t: no $t.png: $(tail -3 "$WORK/$t.eval")"
+    fi
   else
     bad "task $t: $(tail -3 "$WORK/$t.log") $(tail -3 "$WORK/$t.eval" 2>/dev/null)"
   fi
