@@ -54,7 +54,7 @@ for m in "${MODELS[@]}"; do
   if [ -f "$OUT/$m/model.safetensors" ]; then log "train $m: exists"; continue; fi
   log "train $m (${SETS[$m]})"
   # shellcheck disable=SC2086
-  "$BIN" train "${common[@]}" ${SETS[$m]} --set "train.out_dir=\"$OUT/$m\"" --quiet >"$OUT/train_$m.log" 2>&1
+  "$BIN" train "${common[@]}" ${SETS[$m]} --set "train.out_dir=\"$OUT/$m\"" --force --quiet >"$OUT/train_$m.log" 2>&1
   tail -1 "$OUT/train_$m.log"
 done
 
