@@ -25,9 +25,14 @@ std::string find_plot_script(const std::string& name, const std::string& overrid
 }
 
 std::string shell_quote(const std::string& s) {
+  // Built by appends only: GCC 12 reports a false -Wrestrict on `" " + std::string` temporaries.
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+  for (char c : s) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
 }
 
 bool run_plot_script(const std::string& name, const std::string& override_path, const std::vector<std::string>& args) {
@@ -40,8 +45,13 @@ bool run_plot_script(const std::string& name, const std::string& override_path, 
     std::printf("note: scripts/%s not found (pass --plot-script): wrote the JSON only\n", name.c_str());
     return false;
   }
-  std::string cmd = py + " " + shell_quote(script), by_hand = py + " " + script;
-  for (const auto& a : args) cmd += " " + shell_quote(a), by_hand += " " + a;
+  std::string cmd = py, by_hand = py;
+  cmd.append(" ").append(shell_quote(script));
+  by_hand.append(" ").append(script);
+  for (const auto& a : args) {
+    cmd.append(" ").append(shell_quote(a));
+    by_hand.append(" ").append(a);
+  }
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
   const int code = rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

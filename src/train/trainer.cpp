@@ -222,10 +222,6 @@ class ShardTrainData final : public TrainData {
         val_(Shard::open(cfg.data.val)),
         loader_(checked(train_, cfg.data.train, "training", cfg.model.seq_len), cfg.train.batch_size, cfg.model.seq_len,
                 cfg.train.seed) {
-    checked(val_, cfg.data.val, "validation", cfg.model.seq_len);
-    loader_.validate_vocab(cfg.model.vocab_size);
-    DataLoader val_check(val_, 1, cfg.model.seq_len, 0);
-    val_check.validate_vocab(cfg.model.vocab_size);
     // The tokenizer (when there is one) against the model's vocabulary. Larger than the model's: the
     // sampler could not embed its ids, an error now rather than at `attnlab sample`. Smaller: the
     // extra rows are never a target and merely waste parameters; `sample` never draws them.
@@ -241,6 +237,10 @@ class ShardTrainData final : public TrainData {
                      cfg.model.vocab_size, tok.vocab_size(), cfg.data.tokenizer.c_str(), tok.vocab_size(),
                      cfg.model.vocab_size - 1, tok.vocab_size());
     }
+    checked(val_, cfg.data.val, "validation", cfg.model.seq_len);
+    loader_.validate_vocab(cfg.model.vocab_size);
+    DataLoader val_check(val_, 1, cfg.model.seq_len, 0);
+    val_check.validate_vocab(cfg.model.vocab_size);
   }
   void next(int32_t* inputs, int32_t* targets, float*) override { loader_.next(inputs, targets); }
   DataLoader::State state() const override { return loader_.state(); }
