@@ -1,6 +1,10 @@
 # Thin wrapper: the two commands of the README, plus bench.
 #   make demo  — install what is missing, build the tool (Release, no tests), prepare the default
-#                corpus, train ~2 minutes, print the validation loss and a sample.
+#                corpus, run the quick comparison grid (configs/grids/quick.toml: RoPE, XSA, GOAT,
+#                DAR-block, XSA+GOAT+DAR × 2 seeds, about 10 minutes), print its table and the
+#                path of its HTML report. Run again, it resumes (finished runs are skipped).
+#   make train-demo — the plain single-model path: train the small model ~2 minutes, print the
+#                validation loss and a sample.
 #   make test  — install the test dependencies too, build everything and run the whole CTest suite
 #                (long checks are opt-in: make test-long). PRESET=portable builds for x86-64-v3.
 SHELL := /bin/bash
@@ -9,8 +13,10 @@ BUILD := build/$(PRESET)
 JOBS ?= 2
 DATA ?= data/default
 RUN ?= runs/demo
+GRID ?= configs/grids/quick.toml
+GRID_OUT ?= runs/quick
 
-.PHONY: demo test test-long build build-tool deps deps-test bench bench-pytorch corpus clean
+.PHONY: demo train-demo test test-long build build-tool deps deps-test bench bench-pytorch corpus clean
 
 deps:
 	@bash scripts/install_deps.sh demo
@@ -35,6 +41,10 @@ corpus: build-tool
 	    --out $(DATA) --vocab 8192; fi
 
 demo: corpus
+	$(BUILD)/attnlab compare $(GRID) --out $(GRID_OUT) --resume
+	@echo "report: $(GRID_OUT)/report.html (open it in a browser; results.md and results.json beside it)"
+
+train-demo: corpus
 	$(BUILD)/attnlab train --preset small --set data.dir=$(DATA) --set train.out_dir=$(RUN) --force
 	$(BUILD)/attnlab eval --checkpoint $(RUN)/model.safetensors --data $(DATA)/val.bin
 	$(BUILD)/attnlab sample --checkpoint $(RUN)/model.safetensors --prompt "Blessed is the man that" -n 60 --temperature 0.8 --top-k 40 --seed 1

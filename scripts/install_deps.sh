@@ -7,7 +7,8 @@
 #                                  matplotlib for `attnlab analyze`'s plots
 #   scripts/install_deps.sh test   the above, plus what `make test` alone needs: GoogleTest, and
 #                                  Python with NumPy, PyTorch (the float64 reference) and the
-#                                  official safetensors reader (the interop tests)
+#                                  official safetensors reader (the interop tests), and Debian's
+#                                  chromium (loads `attnlab compare`'s report.html headless)
 #
 # Every package is named here: a machine that has only git and make gets all of them (checked on a
 # fresh Debian bookworm root). Debian's oneDNN CMake package needs OpenCL's (a Recommends of
@@ -18,7 +19,7 @@ what=${1:-demo}
 demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev zlib1g-dev
       nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
       python3-matplotlib)
-tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip)
+tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium)
 case "$what" in
   demo) pkgs=("${demo[@]}") ;;
   test) pkgs=("${demo[@]}" "${tests[@]}") ;;

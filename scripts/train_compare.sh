@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Trains several variants of one configuration at equal tokens (same data order, same seed), then
 # evaluates each final checkpoint on the whole validation shard and prints a markdown table.
+# For several seeds, error bars, a baseline test and resumable grids use `attnlab compare`
+# (docs/compare.md) instead.
 #
 #   scripts/train_compare.sh OUT_DIR 'name:key=value;key=value' ['name2:...' ...]
 #

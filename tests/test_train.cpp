@@ -2,6 +2,7 @@
 // schedules, and that a short run on learnable data lowers the loss.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -63,6 +64,46 @@ TEST(Train, ExactResumeIsBitIdentical) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(a.losses[i], full.losses[i]) << "step " << i;
   for (int i = 0; i < 7; ++i) EXPECT_EQ(b.losses[i], full.losses[5 + i]) << "step " << 5 + i;
   EXPECT_EQ(b.val_loss, full.val_loss);
+  fs::remove_all(dir);
+}
+
+// The event callbacks `attnlab compare` drives training with: one on_step per optimizer step with
+// the step counted across a resume and the loss the summary reports, one on_eval per validation.
+TEST(Train, EventCallbacks) {
+  const fs::path dir = temp_dir("events");
+  write_data(dir, 50);
+  const Config cfg = config_for(dir, "train.eval_every = 4\n");
+  std::vector<int64_t> steps, evals;
+  std::vector<double> losses;
+  TrainOptions o;
+  o.quiet = true;
+  o.stop_after = 5;
+  o.on_step = [&](int64_t step, double loss, double tps) {
+    steps.push_back(step);
+    losses.push_back(loss);
+    EXPECT_GT(tps, 0);
+  };
+  o.on_eval = [&](int64_t step, double vl, size_t n) {
+    evals.push_back(step);
+    EXPECT_TRUE(std::isfinite(vl));
+    EXPECT_GT(n, 0u);
+  };
+  const TrainSummary a = train(cfg, o);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(losses, a.losses);
+  EXPECT_EQ(evals, (std::vector<int64_t>{4, 5}));  // periodic, then the stop's own evaluation
+  EXPECT_FALSE(a.interrupted);
+  EXPECT_EQ(a.steps_this_run, 5);
+  EXPECT_GT(a.num_params, 0u);
+  EXPECT_GT(a.train_seconds, 0);
+  steps.clear();
+  evals.clear();
+  o.stop_after = -1;
+  o.resume = a.checkpoint;
+  const TrainSummary b = train(cfg, o);
+  EXPECT_EQ(steps, (std::vector<int64_t>{6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(evals, (std::vector<int64_t>{8, 12}));
+  EXPECT_EQ(b.steps, 12);
   fs::remove_all(dir);
 }
 

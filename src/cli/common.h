@@ -31,5 +31,6 @@ void register_infer(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_task(CLI::App& app);
+void register_compare(CLI::App& app);
 
 }  // namespace attnlab::cli

@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   attnlab::cli::register_bench(app);
   attnlab::cli::register_analyze(app);
   attnlab::cli::register_task(app);
+  attnlab::cli::register_compare(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -379,6 +379,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   int steps_this_run = 0;
   int bad_streak = 0;  // consecutive steps whose update was skipped
   std::string last_checkpoint = resuming ? opts.resume : "none";
+  double train_seconds = 0;
   auto checkpoint_path = [&](int64_t step) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "/step_%06lld.safetensors", (long long)step);
@@ -401,6 +402,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     }
     // nlohmann writes NaN and Inf as null: the log stays valid JSON.
     metrics.write(nlohmann::json{{"step", state.step}, {"val_loss", r.mean()}, {"val_tokens", r.count}}.dump() + "\n");
+    if (opts.on_eval) opts.on_eval(state.step, r.mean(), r.count);
   };
 
   StopSignals signals;
@@ -455,6 +457,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
              state.step - bad_streak, " (last checkpoint: ", last_checkpoint, "); lower train.lr (now ", tc.lr,
              ") or raise train.max_bad_steps (now ", tc.max_bad_steps, ")");
     }
+    train_seconds += dt;
+    if (opts.on_step) opts.on_step(state.step, loss, tokens_per_step / dt);
     if (!opts.quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
       const double ms = window_time / window_steps * 1e3;
       const double tps = tokens_per_step / (window_time / window_steps);
@@ -472,6 +476,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
     if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
     if (g_stop_signal) {
+      sum.interrupted = state.step < tc.steps;
       if (!opts.quiet)
         std::printf("interrupted (signal %d) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
                     (int)g_stop_signal, (long long)state.step, tc.out_dir.c_str());
@@ -485,6 +490,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   sum.steps = state.step;
   const double elapsed = run_timer.seconds();
   sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;
+  sum.train_seconds = train_seconds;
+  sum.steps_this_run = steps_this_run;
+  sum.num_params = model.num_params();
   run_eval();
   save(tc.out_dir + "/model.safetensors");
   if (!opts.quiet) {

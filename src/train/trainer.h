@@ -3,6 +3,7 @@
 // step; the loop itself allocates nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,12 +22,22 @@ struct TrainOptions {
   int stop_after = -1;         // stop (with a checkpoint) after this many optimizer steps in this run; -1 = no
   bool force = false;          // a fresh run may replace the checkpoints of an earlier run in train.out_dir
   bool quiet = false;
+  // Events for a driver such as `attnlab compare` (called on the training thread; may be empty).
+  // on_step: after every optimizer step, with the step (1-based, counted from the start of the
+  // whole run, resumes included), its training loss, and that step's tokens per second.
+  // on_eval: after every validation, with the step, the mean loss and the number of targets scored.
+  std::function<void(int64_t step, double loss, double tokens_per_s)> on_step;
+  std::function<void(int64_t step, double val_loss, size_t val_tokens)> on_eval;
 };
 
 struct TrainSummary {
   int64_t steps = 0;
   double last_train_loss = 0, val_loss = 0;
   double tokens_per_s = 0;
+  double train_seconds = 0;    // wall time of this run's optimizer steps (evaluations excluded)
+  int64_t steps_this_run = 0;
+  size_t num_params = 0;
+  bool interrupted = false;    // stopped by a signal before train.steps (not by stop_after or time_limit)
   std::string checkpoint;
   std::vector<double> losses;  // train loss per optimizer step taken in this run (NaN/Inf for a skipped step)
   int64_t skipped_steps = 0;   // steps whose update was skipped (non-finite loss or gradient)

@@ -1,0 +1,76 @@
+// `attnlab compare`: a grid of variants (named groups of --set overrides) × seeds trained at equal
+// tokens through the library's train() and its event callbacks, each run's final validation loss on
+// the whole validation shard, tokens/s, parameters and optionally analyze(); per-variant mean ± sd
+// and Welch's t-test against the baseline. Schema of the grid file and of results.json:
+// docs/compare.md.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace attnlab {
+
+inline constexpr const char* kCompareSchema = "attnlab.compare";
+inline constexpr int kCompareVersion = 1;
+
+struct GridVariant {
+  std::string name;
+  std::vector<std::string> sets;  // key=value overrides, applied after the grid's base sets
+};
+
+// A synthetic task every run of the grid also trains on and is evaluated on (src/eval/tasks.h): the
+// run's model settings (preset, grid sets, variant sets) with the task's own sets on top and the
+// task's vocabulary; trained for `steps` steps with the run's seed, then evaluated at `lengths`.
+struct GridTask {
+  std::string name;                    // passkey | needle | mqar
+  std::vector<std::string> sets;       // applied after the variant's sets (e.g. model.seq_len=128)
+  int steps = 200;
+  std::string lengths = "1,2,4";       // parse_lengths of the task model's seq_len
+  int samples = 64;                    // per length (and depth, for the needle)
+};
+
+struct Grid {
+  std::string name = "grid";
+  std::string preset;                  // built-in preset applied first (may be empty)
+  std::vector<std::string> sets;       // base overrides for every run
+  std::vector<GridVariant> variants;   // in file order
+  std::vector<uint64_t> seeds{1337};   // train.seed of each run (init and data order)
+  std::string baseline;                // a variant name (default: the first variant)
+  int steps = 0;                       // train.steps of every run (0: the resolved config's)
+  int ckpt_every = 0;                  // checkpoint interval (0: train.eval_every, else steps/4)
+  bool analyze = false;                // run analyze() on every final model
+  int analyze_sequences = 16;
+  std::string lengths;                 // length-extrapolation sweep of every final model ("" = none), e.g. "1,2,4"
+  int length_tokens = 32768;           // tokens scored per length (the same stream prefix at every length)
+  std::vector<GridTask> tasks;         // in file order
+};
+
+// Parses a grid file (the TOML subset of configs, docs/compare.md); errors name the file and line.
+Grid parse_grid_file(const std::string& path);
+Grid parse_grid_text(const std::string& text, const std::string& origin);
+
+struct CompareOptions {
+  std::string out = "runs/compare";
+  bool resume = false;          // continue a grid in `out`: finished runs are skipped
+  int stop_after_runs = -1;     // stop after this many runs finished in this invocation (tests)
+  int stop_after_steps = -1;    // stop the next unfinished run after this many steps in this invocation (tests)
+  bool quiet = false;           // no progress display
+  bool report = true;           // write report.html
+};
+
+// Runs (or resumes) the grid. Returns true when every run is done (results.json, results.md and
+// report.html written), false when stopped early (by a signal or a stop_after_* option).
+bool run_compare(const Grid& grid, const CompareOptions& opts);
+
+// The per-variant summary and baseline comparison of a results document's "runs" (used by
+// run_compare and exposed for tests): fills results["summary"].
+void summarize_results(nlohmann::json& results);
+// results.md from a results document.
+std::string results_markdown(const nlohmann::json& results);
+
+// Writes `content` to `path` through a temporary file of this writer's own and a rename
+// (data_files::write_file_atomically: an interrupted write never leaves a half-written file).
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace attnlab

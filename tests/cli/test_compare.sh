@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# End-to-end `attnlab compare` (docs/compare.md) on the committed corpus: a tiny grid (2 variants ×
+# 2 seeds, 6 steps of the tiny preset, a length sweep at 1× and 2× and a 3-step passkey task per
+# run) stopped after its first run, resumed and stopped again mid-way
+# through the second run, then resumed to the end. The finished run is not retrained (its result.json
+# keeps its mtime, the log says skipped); the run stopped mid-way resumes from its checkpoint and ends
+# with exactly the validation loss of the same grid run without interruption. Then the documents and
+# bad input. Usage: test_compare.sh ATTNLAB_BINARY SOURCE_DIR
+source "$(dirname "$0")/lib.sh"
+
+inputs=()
+for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
+"$BIN" prepare "${inputs[@]}" --out "$WORK/data" --vocab 400 >"$WORK/prepare.log" 2>&1
+check prepare '[ -s "$WORK/data/val.bin" ]'
+
+cat >"$WORK/grid.toml" <<TOML
+# a tiny grid for the test
+name = "test"
+preset = "tiny"
+set = ["data.dir=$WORK/data", "model.vocab_size=400", "train.eval_every=3"]
+steps = 6
+seeds = [1, 2]
+baseline = "rope"
+lengths = "1,2"
+length_tokens = 512
+
+[tasks.passkey]
+set = ["model.seq_len=128", "train.batch_size=2"]
+steps = 3
+lengths = "1,2"
+samples = 4
+
+[variants.rope]
+set = ["attn.pos=rope"]
+
+[variants.xsa]
+set = ["attn.pos=rope", "attn.xsa=on"]
+TOML
+
+G="$WORK/grid.toml"
+O="$WORK/out"
+"$BIN" compare "$G" --out "$O" --stop-after-runs 1 >"$WORK/a.log" 2>&1
+rc=$?
+check "stop after the first run (exit 3)" '[ $rc = 3 ]'
+check "first run finished" '[ -s "$O/runs/rope_s1/result.json" ]'
+check "second run not started" '[ ! -e "$O/runs/xsa_s1" ]'
+check "no results.json yet" '[ ! -e "$O/results.json" ]'
+m1=$(stat -c %y "$O/runs/rope_s1/result.json" 2>/dev/null)
+"$BIN" compare "$G" --out "$O" >"$WORK/refuse.log" 2>&1
+rc=$?
+check "a second compare into the same --out without --resume is refused" '[ $rc = 1 ] && grep -q -- "--resume" "$WORK/refuse.log"'
+sleep 1
+"$BIN" compare "$G" --out "$O" --resume --stop-after-steps 4 >"$WORK/b.log" 2>&1
+rc=$?
+check "stop mid-way through the second run (exit 3)" '[ $rc = 3 ]'
+check "log says the first run is skipped" 'grep -q "rope_s1: skipped" "$WORK/b.log"'
+check "second run left a checkpoint at step 4, no result" '[ -s "$O/runs/xsa_s1/model.safetensors" ] && [ ! -e "$O/runs/xsa_s1/result.json" ]'
+# An edited grid must not continue or reuse runs made with the old one.
+sed 's/^steps = 6/steps = 7/' "$G" >"$WORK/edited.toml"
+"$BIN" compare "$WORK/edited.toml" --out "$O" --resume >"$WORK/edited.log" 2>&1
+check "a changed grid is refused on resume, naming the key" '[ $? = 1 ] && grep -q "another configuration .*train.steps" "$WORK/edited.log"'
+"$BIN" compare "$G" --out "$O" --resume >"$WORK/c.log" 2>&1
+rc=$?
+check "resume to the end (exit 0)" '[ $rc = 0 ]'
+check "log says the first run is skipped" 'grep -q "rope_s1: skipped" "$WORK/c.log"'
+check "the second run resumed from its checkpoint at step 4" 'grep -q "xsa_s1: resuming from .*(step 4)" "$WORK/c.log"'
+m2=$(stat -c %y "$O/runs/rope_s1/result.json" 2>/dev/null)
+check "the first run was not retrained (result.json mtime unchanged)" '[ "$m1" = "$m2" ]'
+check "progress display shows run i of N and an ETA" 'grep -q "\[run 3/4\] rope_s2: step .*/6 .*run ETA .*grid ETA" "$WORK/c.log"'
+for f in results.json results.md report.html runs/xsa_s2/result.json; do
+  check "wrote $f" '[ -s "$O/$f" ]'
+done
+
+# The same grid without interruption: identical final losses (exact resume).
+"$BIN" compare "$G" --out "$WORK/straight" --quiet >"$WORK/d.log" 2>&1
+check "uninterrupted grid runs" '[ $? = 0 ] && [ -s "$WORK/straight/results.json" ]'
+
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 - "$O/results.json" "$WORK/straight/results.json" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
+assert r["schema"] == "attnlab.compare" and r["version"] == 1, r["schema"]
+assert len(r["runs"]) == 4, len(r["runs"])
+for run in r["runs"]:
+    for k in ("variant", "seed", "steps", "tokens", "params", "val_loss", "val_tokens", "tokens_per_s", "train_seconds", "curve"):
+        assert k in run, k
+    assert [e[0] for e in run["curve"]["train"]] == [1, 2, 3, 4, 5, 6], run["curve"]["train"]
+    assert [e[0] for e in run["curve"]["val"]] == [3, 6], run["curve"]["val"]
+    assert run["tokens"] == 6 * 4 * 32 and run["tokens_per_s"] > 0 and run["params"] > 0
+    L = run["lengths"]
+    assert L["multiple"] == [1, 2] and all(math.isfinite(x) for x in L["loss"]), L
+    assert L["loss_beyond_train"][0] is None and math.isfinite(L["loss_beyond_train"][1]), L
+    pk = run["tasks"]["passkey"]
+    assert pk["steps"] == 3 and pk["seq_len"] == 128 and pk["multiple"] == [1, 2], pk
+    assert all(0 <= a <= 1 for a in pk["token_accuracy"]) and all(x < 0 for x in pk["answer_logprob"]), pk
+    assert math.isfinite(pk["val_loss"]), pk
+a = {x["id"]: x for x in r["runs"]}; b = {x["id"]: x for x in s["runs"]}
+for k in a:
+    assert a[k]["val_loss"] == b[k]["val_loss"], (k, a[k]["val_loss"], b[k]["val_loss"])
+    assert a[k]["curve"] == b[k]["curve"], k
+    assert a[k]["lengths"] == b[k]["lengths"] and a[k]["tasks"] == b[k]["tasks"], k
+summ = {x["variant"]: x for x in r["summary"]}
+assert summ["rope"]["vs_baseline"] is None
+v = summ["xsa"]; vals = v["val_loss"]["values"]
+assert len(vals) == 2 and abs(v["val_loss"]["mean"] - sum(vals) / 2) < 1e-12
+b = v["vs_baseline"]
+assert abs(b["diff"] - (v["val_loss"]["mean"] - summ["rope"]["val_loss"]["mean"])) < 1e-12
+assert b["ci95"][0] < b["diff"] < b["ci95"][1] and 0 <= b["p"] <= 1
+print("results.json checks passed")
+PY
+  check "results.json: schema, curves, summary, exact resume" '[ $? = 0 ]'
+fi
+check "results.md has the table" 'grep -q "| xsa |" "$O/results.md" && grep -q "Δ vs baseline" "$O/results.md"'
+check "report.html is self-contained" '! grep -qiE "<script|https?://[^\"]*\.(js|css)|<link " "$O/report.html" && grep -q "fig-val-loss" "$O/report.html"'
+"$BIN" report "$O/results.json" --out "$WORK/r.html" >"$WORK/report.log" 2>&1
+check "attnlab report" '[ $? = 0 ] && cmp -s "$WORK/r.html" "$O/report.html"'
+
+# Bad input fails cleanly, naming the file and line.
+printf 'steps = 3\n[variants.a]\nset = ["attn.pos=rope"]\nbogus = 1\n' >"$WORK/bad.toml"
+"$BIN" compare "$WORK/bad.toml" --out "$WORK/bad" >"$WORK/bad.log" 2>&1
+check "unknown grid key is an error naming the line" '[ $? = 1 ] && grep -q "bad.toml:4" "$WORK/bad.log"'
+printf 'baseline = "nope"\n[variants.a]\nset = ["attn.pos=rope"]\n' >"$WORK/bad2.toml"
+"$BIN" compare "$WORK/bad2.toml" --out "$WORK/bad2" >"$WORK/bad2.log" 2>&1
+check "unknown baseline is an error" '[ $? = 1 ] && grep -q "baseline .nope. is not a variant" "$WORK/bad2.log"'
+
+finish
