@@ -666,6 +666,12 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     }
     return s;
   };
+  // What a run's evaluations were (checked when a finished run is skipped): a grid whose
+  // analyze, lengths or tasks changed must not mix runs evaluated differently.
+  json grid_evals{{"analyze", grid.analyze}, {"analyze_sequences", grid.analyze ? grid.analyze_sequences : 0},
+                  {"lengths", grid.lengths}, {"length_tokens", grid.lengths.empty() ? 0 : grid.length_tokens}, {"tasks", json::array()}};
+  for (const auto& t : grid.tasks)
+    grid_evals["tasks"].push_back({{"name", t.name}, {"sets", t.sets}, {"steps", t.steps}, {"lengths", t.lengths}, {"samples", t.samples}});
   int finished_here = 0;
   const bool tty = ::isatty(fileno(stdout));
 
@@ -679,6 +685,10 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       if (!diff.empty())
         fail("compare: ", result_path, " is the result of another configuration than this grid gives the run (", diff,
              "): the grid file changed since; delete ", dir.string(), " to redo this run, or restore the grid file");
+      if (!done.contains("evals") || done["evals"] != grid_evals)
+        fail("compare: ", result_path, " was evaluated with other grid settings (analyze, lengths, tasks) than the grid file now gives (",
+             done.contains("evals") ? done["evals"].dump() : std::string("none recorded"), " against ", grid_evals.dump(),
+             "): delete ", dir.string(), " to redo this run, or restore the grid file");
       if (!opts.quiet) std::printf("[run %zu/%zu] %s: skipped (already done: %s)\n", i + 1, N, run.id.c_str(), result_path.c_str());
       std::fflush(stdout);
       continue;
@@ -799,6 +809,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     result["tokens_per_s"] = secs > 0 ? tokens_per_step_run * steps / secs : 0.0;
     result["curve"] = {{"train", train_curve}, {"val", progress["val"]}};
     result["config"] = run_config_json(cfg);
+    result["evals"] = grid_evals;
     result["analysis"] = nullptr;
     if (grid.analyze) {
       status("analyze (" + std::to_string(grid.analyze_sequences) + " sequences)");

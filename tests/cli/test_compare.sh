@@ -59,6 +59,9 @@ check "second run left a checkpoint at step 4, no result" '[ -s "$O/runs/xsa_s1/
 sed 's/^steps = 6/steps = 7/' "$G" >"$WORK/edited.toml"
 "$BIN" compare "$WORK/edited.toml" --out "$O" --resume >"$WORK/edited.log" 2>&1
 check "a changed grid is refused on resume, naming the key" '[ $? = 1 ] && grep -q "another configuration .*train.steps" "$WORK/edited.log"'
+sed 's/^length_tokens = 512/length_tokens = 256/' "$G" >"$WORK/edited2.toml"
+"$BIN" compare "$WORK/edited2.toml" --out "$O" --resume >"$WORK/edited2.log" 2>&1
+check "changed evaluations are refused for a finished run" '[ $? = 1 ] && grep -q "rope_s1/result.json was evaluated with other grid settings" "$WORK/edited2.log"'
 "$BIN" compare "$G" --out "$O" --resume >"$WORK/c.log" 2>&1
 rc=$?
 check "resume to the end (exit 0)" '[ $rc = 0 ]'
