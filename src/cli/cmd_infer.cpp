@@ -10,6 +10,7 @@
 #include "cli/plots.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timer.h"
 #include "data/files.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -54,6 +55,7 @@ struct SampleArgs {
   int n = 100, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 0;
+  bool quiet = false;  // no speed line on stderr
 };
 struct GradsArgs { std::string checkpoint, tokens, out; };
 
@@ -186,8 +188,11 @@ void run_sample(const SampleArgs& a) {
   std::vector<int> order(V);
   std::vector<int32_t> in(ids.begin(), ids.end());
   Rng rng(a.seed);
+  Timer prefill_timer;
   model->forward_cached(logits.data(), in.data(), prompt_len, true);
+  const double prefill_s = prefill_timer.seconds();
   std::vector<int> out = ids;
+  Timer decode_timer;
   for (int i = 0; i < n; ++i) {
     for (int v = 0; v < V; ++v)
       if (!std::isfinite(logits[v]))
@@ -197,7 +202,17 @@ void run_sample(const SampleArgs& a) {
     out.push_back(next);
     if (i + 1 < n) model->forward_cached(logits.data(), &next, 1, true);
   }
+  const double decode_s = decode_timer.seconds();
   std::printf("%s\n", tok.decode(out).c_str());
+  // Speed on stderr (stdout is the text): prefill = the prompt in one cached forward; decode = the
+  // n − 1 single-token forwards plus sampling.
+  if (!a.quiet) {
+    std::fprintf(stderr, "prefill: %d tokens in %.1f ms (%.0f tokens/s)", prompt_len, prefill_s * 1e3, prompt_len / std::max(prefill_s, 1e-9));
+    if (n > 1)
+      std::fprintf(stderr, "; decode: %d tokens in %.1f ms (%.0f tokens/s, %.2f ms/token)", n - 1, decode_s * 1e3,
+                   (n - 1) / std::max(decode_s, 1e-9), decode_s * 1e3 / (n - 1));
+    std::fprintf(stderr, "\n");
+  }
 }
 
 void run_grads(const GradsArgs& a) {
@@ -267,6 +282,7 @@ void register_infer(CLI::App& app) {
     cmd->add_option("-n", a->n, "tokens to generate");
     cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)");
     cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)");
+    cmd->add_flag("--quiet", a->quiet, "do not print the prefill and decode speed (stderr)");
     cmd->add_option("--seed", a->seed, "sampling seed");
     cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's data.tokenizer)");
     cmd->callback([a] { run_sample(*a); });

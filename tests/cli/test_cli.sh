@@ -35,10 +35,13 @@ if "$BIN" forward --checkpoint "$CK" --tokens "$WORK/ids.txt" --out "$WORK/logit
 else
   bad forward
 fi
-out=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 2>&1)
-[ $? -eq 0 ] && [ -n "$out" ] && ok sample || bad "sample: $out"
-out2=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 2>&1)
+out=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 2>"$WORK/sample.err")
+[ $? -eq 0 ] && [ -n "$out" ] && ok sample || bad "sample: $out $(cat "$WORK/sample.err")"
+out2=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 2>/dev/null)
 [ "$out" == "$out2" ] && ok "sample is deterministic for a seed" || bad "sample differs between runs with one seed"
+check "sample reports prefill and decode speed on stderr" 'grep -qE "^prefill: [0-9]+ tokens in .* tokens/s\); decode: 19 tokens in .* ms/token\)" "$WORK/sample.err"'
+"$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 5 --seed 3 --quiet 2>"$WORK/sample_quiet.err" >/dev/null
+check "sample --quiet prints no speed line" '[ $? -eq 0 ] && ! grep -q prefill "$WORK/sample_quiet.err"'
 
 printf '1 2 3 4 5 6\n' >"$WORK/seq.txt"
 "$BIN" grads --checkpoint "$CK" --tokens "$WORK/seq.txt" --out "$WORK/g.safetensors" >/dev/null 2>&1 && ok grads || bad grads
