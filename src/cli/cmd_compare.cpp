@@ -26,6 +26,9 @@ void register_compare(CLI::App& app) {
     cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)");
     cmd->add_flag("--quiet", o->quiet, "no progress display");
     cmd->add_flag("--no-report", *no_report, "do not write report.html");
+    cmd->add_flag("--summarize", o->summarize_only,
+                  "train nothing: write results.json, results.md and report.html from the runs finished so far (marked partial); "
+                  "may run beside a compare that is still training");
     cmd->callback([grid, o, no_report] {
       const Grid g = parse_grid_file(*grid);
       o->report = !*no_report;

@@ -398,6 +398,9 @@ std::string results_markdown(const json& results) {
   for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
   o << ". Validation loss on the whole validation shard (" << results["val_tokens"].get<long long>() << " tokens), mean ± sd over seeds; "
     << "Δ = variant − baseline (`" << g["baseline"].get<std::string>() << "`) with Welch's t-test and its 95% interval.\n\n";
+  if (results.contains("partial"))
+    o << "**Partial**: " << results["partial"]["runs_done"].get<long long>() << " of " << results["partial"]["runs_total"].get<long long>()
+      << " runs finished (`attnlab compare --summarize`); n per variant is in the table.\n\n";
   o << "| variant | settings | parameters | tok/s | val loss (mean ± sd, n) | Δ vs baseline | 95% interval | p |\n";
   o << "|---|---|---:|---:|---:|---:|---:|---:|\n";
   std::map<std::string, std::string> settings;
@@ -586,11 +589,17 @@ int64_t train_in(const Config& cfg, const fs::path& dir, TrainOptions to, TrainD
 bool run_compare(const Grid& grid, const CompareOptions& opts) {
   const fs::path out(opts.out);
   const fs::path runs_dir = out / "runs";
-  if (!opts.resume && fs::exists(runs_dir) && !fs::is_empty(runs_dir))
+  if (opts.summarize_only) {
+    if (!fs::is_directory(runs_dir)) fail("compare --summarize: ", runs_dir.string(), " does not exist (no runs to summarize)");
+  } else if (!opts.resume && fs::exists(runs_dir) && !fs::is_empty(runs_dir)) {
     fail("compare: ", runs_dir.string(), " already holds runs: pass --resume to continue that grid, or choose another --out");
+  }
   fs::create_directories(runs_dir);
-  // One compare per output directory (each run's trainer also locks its own run directory).
-  const DirLock lock = DirLock::acquire(out.string(), "compare --out", "attnlab compare");
+  // One training compare per output directory (each run's trainer also locks its own run
+  // directory). A summary only reads finished runs and renames its documents into place, so it
+  // may run beside a compare that is still training.
+  DirLock lock;
+  if (!opts.summarize_only) lock = DirLock::acquire(out.string(), "compare --out", "attnlab compare");
 
   // Seed-major order (every variant with the first seed, then every variant with the next): a grid
   // stopped part-way has whole rounds of seeds to compare.
@@ -689,10 +698,11 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
         fail("compare: ", result_path, " was evaluated with other grid settings (analyze, lengths, tasks) than the grid file now gives (",
              done.contains("evals") ? done["evals"].dump() : std::string("none recorded"), " against ", grid_evals.dump(),
              "): delete ", dir.string(), " to redo this run, or restore the grid file");
-      if (!opts.quiet) std::printf("[run %zu/%zu] %s: skipped (already done: %s)\n", i + 1, N, run.id.c_str(), result_path.c_str());
+      if (!opts.quiet && !opts.summarize_only) std::printf("[run %zu/%zu] %s: skipped (already done: %s)\n", i + 1, N, run.id.c_str(), result_path.c_str());
       std::fflush(stdout);
       continue;
     }
+    if (opts.summarize_only) continue;  // not finished: left out of the summary
     if (opts.stop_after_runs >= 0 && finished_here >= opts.stop_after_runs) {
       std::printf("compare: stopped after %d run(s) (--stop-after-runs); continue with --resume\n", finished_here);
       return false;
@@ -918,7 +928,14 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
                {"tokens_per_step", tokens_per_step}, {"tokens_per_run", (long long)tokens_per_step * runs[0].cfg.train.steps}};
   json all = json::array();
   long long val_tokens = 0;
+  size_t done = 0;
+  for (const auto& r : runs) done += fs::exists(runs_dir / r.id / "result.json");
+  if (done < N) {
+    results["partial"] = {{"runs_done", done}, {"runs_total", N}};
+    if (done == 0) fail("compare --summarize: no run of ", opts.out, " has finished yet");
+  }
   for (const auto& r : runs) {
+    if (!fs::exists(runs_dir / r.id / "result.json")) continue;  // --summarize of an unfinished grid
     json one = json::parse(read_text((runs_dir / r.id / "result.json").string()));
     val_tokens = one["val_tokens"].get<long long>();
     all.push_back(one);

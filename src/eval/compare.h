@@ -57,6 +57,7 @@ struct CompareOptions {
   int stop_after_steps = -1;    // stop the next unfinished run after this many steps in this invocation (tests)
   bool quiet = false;           // no progress display
   bool report = true;           // write report.html
+  bool summarize_only = false;  // train nothing: write the documents from the runs finished so far (marked partial)
 };
 
 // Runs (or resumes) the grid. Returns true when every run is done (results.json, results.md and

@@ -230,6 +230,9 @@ std::string render_report_html(const json& results) {
   o << "; " << g["steps"].get<int>() << " steps, " << results["tokens_per_run"].get<long long>() << " tokens per run; seeds";
   for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
   o << "; baseline <code>" << esc(g["baseline"].get<std::string>()) << "</code>; attnlab " << esc(results.value("attnlab_version", "?")) << ".</p>\n";
+  if (results.contains("partial"))
+    o << "<p id=\"partial\"><strong>Partial:</strong> " << results["partial"]["runs_done"].get<long long>() << " of "
+      << results["partial"]["runs_total"].get<long long>() << " runs finished; the seeds per variant are in the table's n.</p>\n";
 
   // Curves.
   std::vector<Series> val, tr;

@@ -45,6 +45,9 @@ check "stop after the first run (exit 3)" '[ $rc = 3 ]'
 check "first run finished" '[ -s "$O/runs/rope_s1/result.json" ]'
 check "second run not started" '[ ! -e "$O/runs/xsa_s1" ]'
 check "no results.json yet" '[ ! -e "$O/results.json" ]'
+"$BIN" compare "$G" --out "$O" --summarize --quiet >"$WORK/sum.log" 2>&1
+check "--summarize writes the documents of the finished runs, marked partial" '[ $? = 0 ] && grep -q "Partial.*1 of 4 runs" "$O/results.md" && grep -q "id=\"partial\"" "$O/report.html"'
+rm -f "$O/results.json" "$O/results.md" "$O/report.html"
 m1=$(stat -c %y "$O/runs/rope_s1/result.json" 2>/dev/null)
 "$BIN" compare "$G" --out "$O" >"$WORK/refuse.log" 2>&1
 rc=$?
