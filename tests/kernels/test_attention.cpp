@@ -10,6 +10,9 @@
 //   without a sink; results independent of the thread count; the vector exp's accuracy;
 // - XSA (§2: on and gated, fused epilogue, dy rows, direct own-value term; the §2.4 invariants) and
 //   GOAT's row-dependent sink logit (§3.4), against the naive reference and finite differences.
+// - the backward's split over query chunks (few (b, kv head) pairs, a scratch from the caller): the
+//   chunk cuts, every mechanism above against the naive reference and finite differences (also
+//   with pos_offset), and the same bits run to run and for one thread or two.
 #include "kernels/attention.h"
 
 #include <omp.h>
