@@ -5,8 +5,10 @@
 // unless OMP_NUM_THREADS says otherwise, and GFLOP/s per busy core from the CPU time.
 //
 // FLOP counts (causal, matching PyTorch's accounting of SDPA): forward 4·B·H·Dh·T²/2 (QKᵀ and PV);
-// backward 2.5× the forward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ). The fp32 FMA peak of this
-// 2-core machine is ≈ 400 GFLOP/s (docs/performance.md, measured limits).
+// backward 2.5× the forward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ). The fp32 FMA peak depends on
+// the machine (`attnlab info` measures it; docs/performance.md).
+// Shapes with few (b, kv head) pairs also time "backward split N": the backward over N query chunks
+// per pair, alternating with the one-task-per-pair backward.
 //
 //   OMP_WAIT_POLICY=passive build/<dir>/attention_bench [--reps N] [--shape B,T,H,Hkv,Dh]... [--no-baseline]
 // Default shapes: the model's typical B=16 T=256 H=4 Dh=64, GQA, and T=1024 at Dh = 32, 64, 128.
@@ -20,6 +22,7 @@
 #include <ctime>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/gemm.h"
@@ -73,6 +76,29 @@ Timing time_runs(const std::function<void()>& f, int reps) {
   return {t[t.size() / 2], t[0], cpu};
 }
 
+// Two kernels timed alternately (f, g, f, g, ...), so that a shared machine's drifts hit both alike:
+// the A/B of the backward with and without its query-chunk split.
+std::pair<Timing, Timing> time_alternating(const std::function<void()>& f, const std::function<void()>& g, int reps) {
+  f();
+  g();
+  std::vector<double> t[2];
+  double cpu[2] = {1e30, 1e30};
+  for (int r = 0; r < reps; ++r)
+    for (int which = 0; which < 2; ++which) {
+      const double c0 = cpu_seconds();
+      Timer timer;
+      (which == 0 ? f : g)();
+      t[which].push_back(timer.seconds());
+      cpu[which] = std::min(cpu[which], cpu_seconds() - c0);
+    }
+  Timing out[2];
+  for (int which = 0; which < 2; ++which) {
+    std::sort(t[which].begin(), t[which].end());
+    out[which] = {t[which][t[which].size() / 2], t[which][0], cpu[which]};
+  }
+  return {out[0], out[1]};
+}
+
 // The unfused forward: per (b, h), S = scale·Q·Kᵀ (full T×T through gemm), causal softmax, O = P·V.
 // It computes twice the causal FLOPs in its GEMMs and stores B·H·T² scores; it is credited with the
 // same causal FLOP count, so its GFLOP/s is directly comparable.
@@ -120,6 +146,14 @@ void bench_shape(const Shape& sh, int reps, bool baseline) {
     attention_backward(dqkv.data(), dqkv.data() + sh.H * sh.Dh, dqkv.data() + (sh.H + sh.Hkv) * sh.Dh, dsink.data(),
                        dout.data(), out.data(), lse.data(), q, k, v, sink.data(), scale, s);
   };
+  // With few (b, kv head) pairs the model gives the backward a scratch and it splits over query
+  // chunks (attention_backward); timed against the one-task-per-pair kernel, alternately.
+  std::vector<float> scratch(attention_backward_scratch_size<float>(s));
+  auto bwd_split = [&] {
+    attention_backward(dqkv.data(), dqkv.data() + sh.H * sh.Dh, dqkv.data() + (sh.H + sh.Hkv) * sh.Dh,
+                       (float*)nullptr, dout.data(), out.data(), lse.data(), q, k, v, (const float*)nullptr, scale, s, {},
+                       scratch.data(), scratch.size());
+  };
   char name[96];
   std::snprintf(name, sizeof name, "B=%d T=%d H=%d Hkv=%d Dh=%d", sh.B, sh.T, sh.H, sh.Hkv, sh.Dh);
   auto row = [&](const char* what, const Timing& t, double flops) {
@@ -128,7 +162,15 @@ void bench_shape(const Shape& sh, int reps, bool baseline) {
     std::fflush(stdout);
   };
   row("forward", time_runs(fwd, reps), flops_fwd);
-  row("backward", time_runs(bwd, reps), flops_bwd);
+  if (scratch.empty()) {
+    row("backward", time_runs(bwd, reps), flops_bwd);
+  } else {
+    const auto [whole, split] = time_alternating(bwd, bwd_split, reps);
+    row("backward", whole, flops_bwd);
+    char what[32];
+    std::snprintf(what, sizeof what, "backward split %d", kernels::detail::backward_query_chunks<float>(s));
+    row(what, split, flops_bwd);
+  }
   row("forward+sink", time_runs(fwd_sink, reps), flops_fwd);
   row("backward+sink", time_runs(bwd_sink, reps), flops_bwd);
   if (baseline) {

@@ -20,8 +20,9 @@ default 2; PyTorch's default on this machine is 1).
   python3 bench/pytorch_peer.py --setting eager,sdpa --steps 12 --warmup 3
   python3 bench/pytorch_peer.py --config configs/small.toml --batch 8 --setting compile
 
-Model FLOPs per token = 6·N_matmul + 12·L·T·d (forward + backward; docs/performance.md), where N_matmul
-counts the weights of every matrix product including the tied head.
+Model FLOPs per token = 6·N_matmul + 6·L·d·(T+1) (forward + backward, causal attention counted for the
+pairs it computes; docs/performance.md), where N_matmul counts the weights of every matrix product
+including the tied head.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class GPT(nn.Module):
 
 def flops_per_token(n_layer, d, seq_len, vocab):
     n_matmul = n_layer * (3 * d * d + d * d + 8 * d * d) + vocab * d
-    return 6 * n_matmul + 12 * n_layer * seq_len * d
+    return 6 * n_matmul + 6 * n_layer * d * (seq_len + 1)
 
 
 # --------------------------------------------------------------------------------------------------

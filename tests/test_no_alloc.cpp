@@ -65,20 +65,23 @@ TEST(NoAllocation, TrainingStepAllocatesNothing) {
                             // every residual kind (src/model/residual/)
                             "residual.kind = attnres\n", "residual.kind = attnres\nresidual.block_size = 3\n",
                             "residual.kind = hyper\n", "residual.kind = mhc\n", "residual.kind = dar\n",
-                            "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\n"}) {
+                            "residual.kind = dar\nresidual.block_size = 1\ndar.sep_v = true\n",
+                            // B = 1 and one KV head: the attention backward splits over query chunks (scratch)
+                            "train.batch_size = 1\nmodel.seq_len = 256\nmodel.kv_heads = 1\nattn.sink = learned\n"}) {
     const std::string text = std::string("model.n_layer = 2\nmodel.d_model = 64\nmodel.n_head = 4\nmodel.seq_len = 64\n"
                                          "model.vocab_size = 300\ntrain.batch_size = 4\n") + extra;
     const Config cfg = resolve_config(parse_config_text(text, "test"));
     GPT<float> model(cfg);
     model.init_weights(1);
-    model.plan(4, 64);
+    const int B = cfg.train.batch_size, T = cfg.model.seq_len;
+    model.plan(B, T);
     std::vector<float> m(model.registry().total()), v(model.registry().total());
-    std::vector<int32_t> in(4 * 64), tgt(4 * 64);
+    std::vector<int32_t> in(B * T), tgt(B * T);
     Rng rng(2);
     for (size_t i = 0; i < in.size(); ++i) { in[i] = (int32_t)rng.below(300); tgt[i] = (int32_t)rng.below(300); }
     auto step = [&](int t) {
       model.zero_grad();
-      model.train_micro_step(in.data(), tgt.data(), 1.0f / 256);
+      model.train_micro_step(in.data(), tgt.data(), 1.0f / float(B * T));
       optimizer_step(model, m.data(), v.data(), cfg.train, 1e-3, t);
     };
     step(1);

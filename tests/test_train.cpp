@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/peak.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "train/checkpoint.h"
@@ -188,4 +190,34 @@ TEST(Schedule, WarmupCosineWsd) {
   EXPECT_NEAR(learning_rate(tc, 98), 1.0 + (0.1 - 1.0) * 11.0 / 22.0, 1e-12);  // 11th of 22 decay steps
   tc.schedule = "constant";
   EXPECT_DOUBLE_EQ(learning_rate(tc, 100), 1.0);
+}
+
+TEST(Train, ModelFlopsCountTheCausalHalfOfAttention) {
+  // 6·N_matmul + 6·L·d·(T + 1): each layer's qkv (3d²), proj (d²) and MLP (8d²) weights, the tied
+  // head (V·d) once; attention 12·d FLOPs per (query, key) pair and layer over (T + 1)/2 pairs per token.
+  const Config cfg = resolve_config(parse_config_text(
+      "model.n_layer = 2\nmodel.d_model = 64\nmodel.n_head = 4\nmodel.seq_len = 128\nmodel.vocab_size = 300\n", "test"));
+  GPT<float> model(cfg);
+  const double d = 64, L = 2, V = 300;
+  const double n_matmul = L * 12 * d * d + V * d;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(model, 128), 6 * n_matmul + 6 * L * d * 129);
+  EXPECT_DOUBLE_EQ(training_flops_per_token(model, 1), 6 * n_matmul + 12 * L * d);  // one pair per token
+}
+
+TEST(Train, PeakFlopsIsMeasuredOnceOrOverridden) {
+  // The MFU denominator: a positive measurement, cached (the same figure on the second call), or
+  // ATTNLAB_PEAK_GFLOPS when set to a positive number. No bound on its value (machines differ).
+  const PeakFlops a = peak_flops(2), b = peak_flops(2);
+  EXPECT_GT(a.gflops, 0);
+  EXPECT_EQ(a.gflops, b.gflops);
+  EXPECT_EQ(a.threads, 2);
+  EXPECT_STREQ(a.source, "measured");
+  ::setenv("ATTNLAB_PEAK_GFLOPS", "123.5", 1);
+  const PeakFlops c = peak_flops(2);
+  ::setenv("ATTNLAB_PEAK_GFLOPS", "not a number", 1);
+  const PeakFlops d = peak_flops(2);
+  ::unsetenv("ATTNLAB_PEAK_GFLOPS");
+  EXPECT_EQ(c.gflops, 123.5);
+  EXPECT_STREQ(c.source, "ATTNLAB_PEAK_GFLOPS");
+  EXPECT_EQ(d.gflops, a.gflops);  // ignored: the measurement
 }

@@ -1,5 +1,6 @@
 // `attnlab bench` (training-step timing on synthetic tokens) and `attnlab info` (sizes and memory).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/gemm.h"
+#include "core/peak.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -20,6 +22,7 @@ namespace {
 struct BenchArgs {
   ConfigArgs config;
   int steps = 20, warmup = 3, rounds = 3;
+  bool rounds_given = false;  // --rounds on the command line (a single configuration then runs that many too)
   bool json = false;
   std::vector<std::string> variants;  // "name:key=value;key=value" (empty after the colon: the base config)
   bool cpu_time = false;              // time process CPU seconds instead of wall seconds
@@ -35,6 +38,22 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+// Mean and sample standard deviation (0 for a single value).
+struct Spread {
+  double mean = 0, sd = 0;
+};
+Spread spread(const std::vector<double>& v) {
+  Spread r;
+  if (v.empty()) return r;
+  for (double x : v) r.mean += x;
+  r.mean /= double(v.size());
+  if (v.size() > 1) {
+    for (double x : v) r.sd += (x - r.mean) * (x - r.mean);
+    r.sd = std::sqrt(r.sd / double(v.size() - 1));
+  }
+  return r;
+}
+
 // One configuration being timed: model, Adam moments and synthetic tokens, all allocated up front.
 struct BenchModel {
   std::string name;
@@ -43,6 +62,7 @@ struct BenchModel {
   Buffer m, v;
   std::vector<int32_t> in, tgt;
   std::vector<double> times;  // seconds per timed step
+  std::vector<double> round_medians;  // median seconds per step of each round
   int step_count = 0;
   BenchModel(std::string n, const Config& c) : name(std::move(n)), cfg(c), model(c) {
     const int B = cfg.train.batch_size, T = cfg.model.seq_len, V = cfg.model.vocab_size;
@@ -105,36 +125,60 @@ void run_bench(const BenchArgs& a) {
   }
   for (auto& r : runs)
     for (int i = 0; i < a.warmup; ++i) r->step(false, a.cpu_time);
-  const int rounds = a.variants.empty() ? 1 : a.rounds;
+  const int rounds = a.variants.empty() && !a.rounds_given ? 1 : a.rounds;
   for (int round = 0; round < rounds; ++round)
-    for (auto& r : runs)
+    for (auto& r : runs) {
+      const size_t first = r->times.size();
       for (int i = 0; i < a.steps; ++i) r->step(true, a.cpu_time);
+      r->round_medians.push_back(median(std::vector<double>(r->times.begin() + first, r->times.end())));
+    }
+  // Spreads over rounds (each round's median step); with one round, over the steps themselves.
+  // A ratio is formed within each round (the variants ran back to back), then spread over rounds.
+  auto samples = [&](const BenchModel& r) { return rounds > 1 ? r.round_medians : r.times; };
   const double base = median(runs[0]->times);
+  const PeakFlops peak = peak_flops(omp_threads());
   nlohmann::json out = nlohmann::json::array();
   if (!a.json) {
     const Config& c = runs[0]->cfg;
     std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s\n", c.model.n_layer, c.model.d_model,
                 c.model.n_head, c.model.seq_len, c.train.batch_size, c.model.vocab_size, omp_threads(), gemm_backend_name());
-    if (runs.size() > 1)
-      std::printf("%d rounds x %d steps per variant, alternating; ratio = median step / median step of '%s'\n", rounds,
-                  a.steps, runs[0]->name.c_str());
+    std::printf("%d round%s x %d steps per variant%s, %s time; mean ± sd over %s; MFU against %.0f GFLOP/s (%s %s peak)\n",
+                rounds, rounds > 1 ? "s" : "", a.steps, runs.size() > 1 ? ", alternating" : "",
+                a.cpu_time ? "process CPU" : "wall", rounds > 1 ? "the rounds' median steps" : "the steps", peak.gflops,
+                peak.source, peak.isa);
+    std::printf("%-16s %19s %21s %8s %6s %9s %15s\n", "variant", "ms/step", "tokens/s", "GFLOP/s", "MFU",
+                "act. MB", runs.size() > 1 ? "ratio (time)" : "");
   }
   for (auto& r : runs) {
     const double med = median(r->times);
     const double flops = training_flops_per_token(r->model, r->cfg.model.seq_len);
     const double tps = r->tokens() / med, gflops = tps * flops / 1e9;
+    std::vector<double> ms, tok, ratio;
+    const std::vector<double> mine = samples(*r), first = samples(*runs[0]);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      ms.push_back(mine[i] * 1e3);
+      tok.push_back(r->tokens() / mine[i]);
+      if (rounds > 1) ratio.push_back(mine[i] / first[i]);
+    }
+    const Spread s_ms = spread(ms), s_tok = spread(tok), s_ratio = spread(ratio);
+    const double mfu = s_tok.mean * flops / (peak.gflops * 1e9) * 100.0;
     if (a.json) {
       out.push_back({{"name", r->name}, {"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3},
                      {"ratio", med / base}, {"gflops", gflops}, {"flops_per_token", flops}, {"steps", r->times.size()},
+                     {"rounds", rounds}, {"ms_per_step_mean", s_ms.mean}, {"ms_per_step_sd", s_ms.sd},
+                     {"tokens_per_s_mean", s_tok.mean}, {"tokens_per_s_sd", s_tok.sd},
+                     {"ratio_mean", rounds > 1 ? s_ratio.mean : med / base}, {"ratio_sd", s_ratio.sd},
+                     {"round_ms_per_step", r->round_medians}, {"mfu_percent", mfu}, {"peak_gflops", peak.gflops},
+                     {"peak_source", peak.source}, {"cpu_time", a.cpu_time},
                      {"threads", omp_threads()}, {"params", r->model.num_params()},
                      {"activation_bytes", r->model.activation_bytes()},
                      {"residual_activation_bytes", r->model.residual_activation_bytes()}, {"config", r->cfg.to_json()}});
-    } else if (runs.size() == 1) {
-      std::printf("median step %.1f ms over %d steps | %.0f tokens/s | %.1f GFLOP/s model FLOPs\n", med * 1e3, a.steps, tps,
-                  gflops);
     } else {
-      std::printf("%-16s median %8.1f ms | ratio %.3f | %7.0f tokens/s | %6.1f GFLOP/s | %.2f MB activations\n",
-                  r->name.c_str(), med * 1e3, med / base, tps, gflops, r->model.activation_bytes() / 1e6);
+      char ratio_text[64] = "";
+      if (runs.size() > 1 && rounds > 1) std::snprintf(ratio_text, sizeof ratio_text, "%.3f ± %.3f", s_ratio.mean, s_ratio.sd);
+      else if (runs.size() > 1) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", med / base);
+      std::printf("%-16s %9.1f ± %7.1f %10.0f ± %8.0f %8.1f %5.1f%% %9.2f %15s\n", r->name.c_str(), s_ms.mean, s_ms.sd,
+                  s_tok.mean, s_tok.sd, s_tok.mean * flops / 1e9, mfu, r->model.activation_bytes() / 1e6, ratio_text);
     }
   }
   if (a.json) std::printf("%s\n", (runs.size() == 1 ? out[0] : out).dump().c_str());
@@ -164,7 +208,11 @@ void run_info(const ConfigArgs& args) {
                 ours.histories * kb, est.histories * kb, ours.reads * kb, est.reads * kb, ours.inputs_outputs * kb,
                 ours.backward * kb);
   }
-  std::printf("training FLOPs per token: %.3g\n", training_flops_per_token(model, T));
+  std::printf("training FLOPs per token: %.3g (6·N_matmul + 6·L·d·(T+1): the causal half of attention)\n",
+              training_flops_per_token(model, T));
+  const PeakFlops peak = peak_flops(omp_threads());
+  std::printf("fp32 peak (the MFU denominator): %.0f GFLOP/s, %s %s, %d threads\n", peak.gflops, peak.source, peak.isa,
+              peak.threads);
 }
 
 }  // namespace
@@ -180,9 +228,14 @@ void register_bench(CLI::App& app) {
     cmd->add_option("--variant", a->variants,
                     "NAME:key=value;key=value — time several configurations in one run, alternating (repeatable; "
                     "the first is the baseline of the ratios; 'NAME:' is the base configuration)");
-    cmd->add_option("--rounds", a->rounds, "alternation rounds with --variant")->check(CLI::PositiveNumber);
+    cmd->add_option("--rounds", a->rounds,
+                    "alternation rounds with --variant (default 3); without --variant, rounds of --steps steps (default 1)")
+        ->check(CLI::PositiveNumber);
     cmd->add_flag("--cpu-time", a->cpu_time, "time process CPU seconds (use with OMP_NUM_THREADS=1 on a busy machine)");
-    cmd->callback([a] { run_bench(*a); });
+    cmd->callback([a, cmd] {
+      a->rounds_given = cmd->count("--rounds") > 0;
+      run_bench(*a);
+    });
   }
   {
     auto* a = new ConfigArgs;

@@ -13,6 +13,9 @@
 // - Backward, one task per (b, kv head): it owns dk, dv of its keys and dq of its G query heads, so
 //   nothing is shared between threads (no atomics). Key tiles are the outer loop (dK, dV stay in
 //   local tiles); probabilities are recomputed from lse; D_i = dout_i·out_i is computed once per task.
+//   With few (b, kv head) pairs (long contexts at B = 1), and a scratch from the caller, each pair's
+//   queries are cut into chunks of equal work, one task each, whose partial dK, dV are added up in
+//   chunk order afterwards (attention_backward): both cores work, still without atomics.
 // - Every matrix product of a tile goes through one register-blocked micro-kernel (tile_product):
 //   C[r][lanes] (+)= Σ_k A[r,k]·B[k][lanes], A broadcast from any strided layout, B loaded as
 //   vectors from a contiguous copy. On tiles that cross the diagonal, the products skip the
@@ -787,11 +790,15 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
   }
 }
 
-// One backward task: batch b, KV head kappa, with its G query heads (see the file comment).
+// One backward task: batch b, KV head kappa, with its G query heads, over the queries [qa, qb) (see
+// the file comment). It writes dQ of those rows, and the dK, dV its queries give to the keys
+// [0, key_end) at dk_out + j·out_stride, dv_out + j·out_stride (key_end = Tk for a task over every
+// query: keys no query sees get zero). A task over all the queries writes the final dK, dV; a task
+// over a query chunk writes its partial sums (attention_backward adds them up).
 template <class T>
-void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
-                             const T* k, const T* v, T scale, const AttentionShape& s, const AttentionExtras<T>& x,
-                             int b, int kappa) {
+void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int key_end, const T* dout, const T* out,
+                             const T* lse, const T* q, const T* k, const T* v, T scale, const AttentionShape& s,
+                             const AttentionExtras<T>& x, int b, int kappa, int qa, int qb) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::W, TILE = kTile<T>, MAXD = kAttentionMaxHeadDim;
@@ -810,13 +817,13 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
   const long kv_offset = b * s.kv_batch_stride + kappa * Dh;
   const T* kb = k + kv_offset;
   const T* vb = v + kv_offset;
-  const int last_pos = s.pos_offset + s.Tq - 1;
+  const int last_pos = s.pos_offset + qb - 1, nq = qb - qa;  // the task's last query sees keys 0..last_pos
   const V vscale = S::set1(scale);
-  // D_i = dout_i·out_i is needed once per key tile; computed once here when G·Tq rows fit the
-  // cache (every training shape), else recomputed per tile from the same dot (same bits).
+  // D_i = dout_i·out_i is needed once per key tile; computed once here when the task's G·nq rows
+  // fit the cache (every training shape), else recomputed per tile from the same dot (same bits).
   // With XSA, dout is g = dL/dz and out is z: D_i = g_i·z_i still holds (§2.2), while every
   // other use of dO needs dy = g − γ(g·v̂)v̂, made when the rows are copied (xsa_coef).
-  const bool d_cached = long(G) * s.Tq <= kDCacheRows;
+  const bool d_cached = long(G) * nq <= kDCacheRows;
   auto xsa_coef = [&](int h, int i) {  // γ(g·v)/n², so that dy = g − coef·v
     const T* vi = vb + long(s.pos_offset + i) * s.kv_stride;
     const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps));
@@ -824,13 +831,13 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
   };
   if (d_cached)
     for (int h = kappa * G; h < (kappa + 1) * G; ++h)
-      for (int i = 0; i < s.Tq; ++i) {
+      for (int i = qa; i < qb; ++i) {
         const long row = (long(b) * s.Tq + i) * s.out_stride + h * Dh;
-        d_cache[(h - kappa * G) * s.Tq + i] = dot(dout + row, out + row, Dh);
-        if (x.xsa_gamma) xsa_cache[(h - kappa * G) * s.Tq + i] = xsa_coef(h, i);
+        d_cache[(h - kappa * G) * nq + i - qa] = dot(dout + row, out + row, Dh);
+        if (x.xsa_gamma) xsa_cache[(h - kappa * G) * nq + i - qa] = xsa_coef(h, i);
       }
-  for (int j0 = 0; j0 < s.Tk; j0 += TILE) {
-    const int bc = std::min(TILE, s.Tk - j0);
+  for (int j0 = 0; j0 < key_end; j0 += TILE) {
+    const int bc = std::min(TILE, key_end - j0);
     std::fill(dk_acc, dk_acc + bc * ld, T(0));
     std::fill(dv_acc, dv_acc + bc * ld, T(0));
     if (j0 <= last_pos) {  // else: keys no query sees (a cache longer than pos_offset+Tq) get zero
@@ -838,19 +845,19 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
       pack_transposed(k_packed, TILE, kj, s.kv_stride, bc, Dh, T(1));
       pack_transposed(v_packed, TILE, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh, T(1));
       copy_rows(k_rows, ld, kj, s.kv_stride, bc, Dh);
-      const int i_first = std::max(0, j0 - s.pos_offset);  // the first query that sees key j0
+      const int i_first = std::max(qa, j0 - s.pos_offset);  // the task's first query that sees key j0
       for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
         const T* lse_h = lse + (long(b) * s.H + h) * s.Tq;
         const T slope = x.alibi_slopes ? x.alibi_slopes[h] : T(0);
-        for (int i0 = i_first; i0 < s.Tq; i0 += TILE) {
-          const int br = std::min(TILE, s.Tq - i0);
+        for (int i0 = i_first; i0 < qb; i0 += TILE) {
+          const int br = std::min(TILE, qb - i0);
           T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
           const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
           copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
           copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
           if (x.xsa_gamma)
             for (int r = 0; r < br; ++r) {
-              const T coef = d_cached ? xsa_cache[(h - kappa * G) * s.Tq + i0 + r] : xsa_coef(h, i0 + r);
+              const T coef = d_cached ? xsa_cache[(h - kappa * G) * nq + i0 + r - qa] : xsa_coef(h, i0 + r);
               const T* vi = vb + long(s.pos_offset + i0 + r) * s.kv_stride;
               T* gr = g_rows + r * ld;
               for (int d = 0; d < Dh; ++d) gr[d] -= coef * vi[d];
@@ -875,7 +882,7 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
             const int visible = std::min(TILE, pos - j0 + 1);  // keys j0 .. pos: lanes 0..visible−1
             const int nv = (visible + W - 1) / W;             // vectors computed above for this row
             std::fill(p + visible, p + nv * W, -kInf);         // includes padding keys >= Tk
-            const V D = S::set1(d_cached ? d_cache[(h - kappa * G) * s.Tq + i0 + r]
+            const V D = S::set1(d_cached ? d_cache[(h - kappa * G) * nq + i0 + r - qa]
                                          : dot(dout + (long(b) * s.Tq + i0 + r) * s.out_stride + h * Dh,
                                                oi + long(r) * s.out_stride, Dh));  // g·z, never dy·z (§2.2)
             const V L = S::set1(lse_h[i0 + r]);
@@ -898,7 +905,7 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
           tile_product<T, true>(dv_acc, ld, nullptr, p_tile, 1, TILE, g_rows, ld, bc, Dh, br, seen_by);
           tile_product<T, true>(dk_acc, ld, nullptr, ds_tile, 1, TILE, q_rows, ld, bc, Dh, br, seen_by);
           // dQ[r] (+)= Σ_c scale·dS[r][c]·K[c] over the keys c <= r + pos0 − j0 it sees; key tile 0
-          // reaches every query row, so it writes.
+          // reaches every query row of the task, so it writes.
           const KBand sees{.end = pos0 - j0};
           if (j0 == 0)
             tile_product<T, false>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
@@ -907,10 +914,10 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
         }
       }
     }
-    if (x.xsa_gamma)  // XSA's direct term on each key that is also a query: its own value (§2.2)
+    if (x.xsa_gamma)  // XSA's direct term on each key that is also a query of the task: its own value (§2.2)
       for (int c = 0; c < bc; ++c) {
         const int i = j0 + c - s.pos_offset;
-        if (i < 0 || i >= s.Tq) continue;
+        if (i < qa || i >= qb) continue;
         const T* vi = vb + long(j0 + c) * s.kv_stride;
         const T nrm = std::sqrt(dot(vi, vi, Dh)), n = std::max(nrm, T(kXsaEps));
         T* acc = dv_acc + c * ld;
@@ -929,8 +936,8 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
           }
         }
       }
-    copy_rows(dk + kv_offset + long(j0) * s.kv_stride, s.kv_stride, dk_acc, ld, bc, Dh);
-    copy_rows(dv + kv_offset + long(j0) * s.kv_stride, s.kv_stride, dv_acc, ld, bc, Dh);
+    copy_rows(dk_out + long(j0) * out_stride, out_stride, dk_acc, ld, bc, Dh);
+    copy_rows(dv_out + long(j0) * out_stride, out_stride, dv_acc, ld, bc, Dh);
   }
 }
 
@@ -939,6 +946,43 @@ void attention_backward_task(T* dq, T* dk, T* dv, const T* dout, const T* out, c
 inline bool worth_threads(const AttentionShape& s) {
   const double flops = 4.0 * s.B * s.H * s.Dh * s.Tq * (s.pos_offset + 0.5 * (s.Tq + 1));
   return flops > 2e6;
+}
+
+// The backward's split over queries (see attention_backward): with fewer than kBackwardTasks
+// (b, kv head) pairs, each pair's queries are cut into chunks of about equal work, up to
+// kMaxQueryChunks and at most one per query tile. The count depends on the shape only, never on
+// the thread count, so the results do not either.
+inline constexpr int kBackwardTasks = 8;
+inline constexpr int kMaxQueryChunks = 8;
+
+template <class T>
+int backward_query_chunks(const AttentionShape& s) {
+  const long pairs = long(s.B) * s.Hkv;
+  if (pairs >= kBackwardTasks) return 1;
+  const long tiles = (s.Tq + kTile<T> - 1) / kTile<T>;
+  return int(std::min({(kBackwardTasks + pairs - 1) / pairs, tiles, long(kMaxQueryChunks)}));
+}
+
+// Elements of one chunk's partial sums: dK then dV of every key, [Tk][Dh] each.
+inline long backward_chunk_elements(const AttentionShape& s) { return 2 * long(s.Tk) * s.Dh; }
+
+// bounds[0..n]: query chunk c is [bounds[c], bounds[c+1]), whole query tiles (the last one may be
+// short), each at least one tile, cut where the work Σ_i (pos_offset + i + 1) (keys seen, summed
+// over the chunk's rows) first reaches c/n of the total. Integer arithmetic: the same cuts always.
+template <class T>
+void split_queries(const AttentionShape& s, int n, int* bounds) {
+  constexpr int TILE = kTile<T>;
+  const long tiles = (s.Tq + TILE - 1) / TILE;
+  auto work = [&](long rows) { return rows * s.pos_offset + rows * (rows + 1) / 2; };  // rows 0..rows−1
+  const long total = work(s.Tq);
+  bounds[0] = 0;
+  long t = 0;
+  for (int c = 1; c < n; ++c) {
+    while (t < tiles && work(std::min(t * TILE, long(s.Tq))) < total * c / n) ++t;
+    t = std::clamp(t, long(bounds[c - 1] / TILE + 1), tiles - (n - c));
+    bounds[c] = int(t * TILE);
+  }
+  bounds[n] = s.Tq;
 }
 
 }  // namespace detail
@@ -980,24 +1024,83 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
   }
 }
 
+// Scratch elements attention_backward uses to split this shape over more tasks than B·Hkv (zero
+// when B·Hkv pairs are enough tasks): the partial dK, dV sums of every query chunk but the last.
+template <class T>
+size_t attention_backward_scratch_size(const AttentionShape& s) {
+  return size_t(detail::backward_query_chunks<T>(s) - 1) * size_t(s.B) * s.Hkv * detail::backward_chunk_elements(s);
+}
+
 // Causal attention backward (§1.1 Backward, §1.3, §2.2). dq, dk, dv WRITTEN, with the layouts and
 // strides of q, k, v (in the packed dqkv buffer only the q/k/v parts are written). dsink [H] += (if
 // non-null; needs sink); x.dsink_slope, x.dxsa_gamma += (if non-null). dout = dL/d(out) (g = dL/dz
 // under XSA), out and lse from attention_forward with the same x.
 // D_i = dout_i·out_i is computed inside and probabilities are recomputed from lse: no B×H×T×T
 // buffer anywhere. No heap allocation (about 550 KiB of stack per thread in float).
+// Parallel split: one task per (b, kv head) owns dQ of its G query heads and dK, dV of its keys.
+// With fewer pairs than kBackwardTasks (long contexts at B = 1 leave threads idle otherwise) and a
+// caller's scratch of attention_backward_scratch_size(s) elements, each pair's queries are cut into
+// chunks of about equal work, one task each: a task owns dQ of its rows and writes the dK, dV its
+// rows give to their keys, into the scratch (the last chunk, whose rows see every key, into dk, dv);
+// a second pass adds the partial sums to dk, dv in chunk order. Deterministic, and since the chunks
+// depend on the shape only, independent of the thread count. A smaller scratch gives fewer chunks.
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,
-                        const AttentionExtras<T>& x = {}) {
+                        const AttentionExtras<T>& x = {}, T* scratch = nullptr, size_t scratch_size = 0) {
   check_attention_shape(s, "attention_backward");
   check_attention_extras(x, sink, "attention_backward");
   if (dsink && !sink) fail("attention_backward: dsink is given but sink is null; pass the sink logits or no dsink");
-  const long n_tasks = long(s.B) * s.Hkv;
+  const long pairs = long(s.B) * s.Hkv, chunk_elements = detail::backward_chunk_elements(s);
+  const int chunks = scratch ? int(std::min<long>(detail::backward_query_chunks<T>(s),
+                                                  1 + long(scratch_size / size_t(pairs * chunk_elements))))
+                             : 1;
+  if (chunks == 1) {
 #pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
-  for (long task = 0; task < n_tasks; ++task)
-    detail::attention_backward_task(dq, dk, dv, dout, out, lse, q, k, v, scale, s, x, int(task / s.Hkv),
-                                    int(task % s.Hkv));
+    for (long task = 0; task < pairs; ++task) {
+      const int b = int(task / s.Hkv), kappa = int(task % s.Hkv);
+      const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
+      detail::attention_backward_task(dq, dk + kv_offset, dv + kv_offset, s.kv_stride, s.Tk, dout, out, lse, q, k, v,
+                                      scale, s, x, b, kappa, 0, s.Tq);
+    }
+  } else {
+    int bounds[detail::kMaxQueryChunks + 1];
+    detail::split_queries<T>(s, chunks, bounds);
+#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
+    for (long task = 0; task < pairs * chunks; ++task) {
+      const long pair = task / chunks;
+      const int c = int(task % chunks), b = int(pair / s.Hkv), kappa = int(pair % s.Hkv);
+      const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
+      if (c == chunks - 1) {
+        detail::attention_backward_task(dq, dk + kv_offset, dv + kv_offset, s.kv_stride, s.Tk, dout, out, lse, q, k, v,
+                                        scale, s, x, b, kappa, bounds[c], bounds[c + 1]);
+      } else {
+        T* part = scratch + (pair * (chunks - 1) + c) * chunk_elements;
+        detail::attention_backward_task(dq, part, part + long(s.Tk) * s.Dh, s.Dh, s.pos_offset + bounds[c + 1], dout,
+                                        out, lse, q, k, v, scale, s, x, b, kappa, bounds[c], bounds[c + 1]);
+      }
+    }
+    // dK, dV of key j: the last chunk's sum, then + the partial sum of every chunk whose queries
+    // see j (those ending after position j), in chunk order.
+    constexpr int TILE = detail::kTile<T>;
+    const long key_tiles = (s.Tk + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
+    for (long task = 0; task < pairs * key_tiles; ++task) {
+      const long pair = task / key_tiles;
+      const int b = int(pair / s.Hkv), kappa = int(pair % s.Hkv), j0 = int(task % key_tiles) * TILE;
+      const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
+      for (int j = j0; j < std::min(j0 + TILE, s.Tk); ++j) {
+        T* dkj = dk + kv_offset + long(j) * s.kv_stride;
+        T* dvj = dv + kv_offset + long(j) * s.kv_stride;
+        for (int c = 0; c < chunks - 1; ++c) {
+          if (j >= s.pos_offset + bounds[c + 1]) continue;
+          const T* pk = scratch + (pair * (chunks - 1) + c) * chunk_elements + long(j) * s.Dh;
+          const T* pv = pk + long(s.Tk) * s.Dh;
+          for (int d = 0; d < s.Dh; ++d) dkj[d] += pk[d], dvj[d] += pv[d];
+        }
+      }
+    }
+  }
   if (dsink || x.dsink_slope || x.dxsa_gamma) {
     // Per-head reductions over rows, one head per iteration (no shared accumulator between threads):
     // ds_h = −Σ_{b,i} p_sink·D_i with p_sink = exp(sink logit − lse_i) (§1.3), its slope part

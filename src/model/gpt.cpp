@@ -264,6 +264,10 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
       ws.datt = arena.template take<T>(N * H * m.head_dim());
       ws.dfc = arena.template take<T>(N * fc_cols);
       ws.dact = arena.template take<T>(N * m.mlp_hidden);
+      // Splitting the attention backward over query chunks (few (b, kv head) pairs: long contexts).
+      ws.attn_scratch_size = kernels::attention_backward_scratch_size<T>(
+          kernels::packed_attention_shape(B, seq, (int)H, m.kv_heads, m.head_dim()));
+      ws.attn_scratch = arena.template take<T>(ws.attn_scratch_size);
     }
     if (pass == 0) {
       if (count_only) return;
@@ -420,7 +424,8 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     if (p.sink && la.goat) std::fill(ws.dslope, ws.dslope + H, T(0)), x.dsink_slope = ws.dslope;
     if (la.xsa && p.xsa_gate) std::fill(ws.dgamma, ws.dgamma + H, T(0)), x.dxsa_gamma = ws.dgamma;
     kernels::attention_backward(ws.dqkv, ws.dqkv + H * Dh, ws.dqkv + (H + Hkv) * Dh, g.sink, ws.datt, a.att, a.lse, a.qkv,
-                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, attention_scale(l), s, x);
+                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, attention_scale(l), s, x,
+                                ws.attn_scratch, ws.attn_scratch_size);
     if (x.dxsa_gamma)  // γ = tanh(a): da = (1 − γ²)·dγ (§2.2)
       for (int h = 0; h < H; ++h) g.xsa_gate[h] += (T(1) - a.xsa_gamma[h] * a.xsa_gamma[h]) * ws.dgamma[h];
     if (la.rope) kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);

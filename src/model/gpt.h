@@ -127,6 +127,8 @@ class GPT {
     T *goat_u = nullptr, *dslope = nullptr, *dgamma = nullptr;  // [2·seq], [H], [H] scratch
     T* ce_scratch = nullptr;
     int ce_chunk = 0;
+    T* attn_scratch = nullptr;  // the attention backward's partial dK, dV when B·Hkv is small
+    size_t attn_scratch_size = 0;
   };
   void bind_layers(LayerParams* table, T* base) const;
   void plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training, bool count_only = false);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/gemm.h"
+#include "core/peak.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -51,17 +52,6 @@ struct StopSignals {
     sigaction(SIGTERM, &old_term, nullptr);
   }
 };
-
-// The measured fp32 GEMM peak of the Zen 5 machine (docs/performance.md, measured limits: oneDNN
-// ≈ 385 GFLOP/s with 2 threads), the denominator of the MFU figure. ATTNLAB_PEAK_GFLOPS overrides it
-// for other machines.
-double peak_gflops() {
-  if (const char* e = std::getenv("ATTNLAB_PEAK_GFLOPS")) {
-    const double v = std::atof(e);
-    if (v > 0) return v;
-  }
-  return 385.0;
-}
 
 // A number for the JSON log: %.9g, or null when it is NaN or infinite (JSON has no such numbers).
 // Writes into buf (no allocation: the step loop allocates nothing).
@@ -191,7 +181,9 @@ double training_flops_per_token(const GPT<float>& model, int T) {
   double n_matmul = 0;
   for (const auto& s : model.registry().specs())
     if (s.shape.size() == 2 && s.name != "wpe") n_matmul += double(s.numel);  // wte counts once, as the LM head
-  return 6.0 * n_matmul + 12.0 * m.n_layer * T * m.d_model;
+  // Attention: QKᵀ and PV cost 4·d FLOPs per (query, key) pair and layer forward, 8·d backward;
+  // causal, query i has i + 1 keys: (T + 1)/2 pairs per token on average.
+  return 6.0 * n_matmul + 12.0 * m.n_layer * m.d_model * (T + 1) / 2.0;
 }
 
 double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const TrainConfig& tc, double lr, int t) {
@@ -360,9 +352,15 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
 
   const double flops_tok = training_flops_per_token(model, T);
   const size_t tokens_per_step = (size_t)B * T * tc.grad_accum;
+  // The MFU denominator: this machine's FMA peak over the threads the run uses, measured once
+  // here (about 0.1 s), not in the step loop.
+  const PeakFlops peak = opts.quiet ? PeakFlops{} : peak_flops(omp_threads());
   if (!opts.quiet) {
     std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, %d threads\n", model.num_params(),
                 model.activation_bytes() / 1e6, gemm_backend_name(), omp_threads());
+    std::printf("MFU = model FLOPs (%.3g per token) / %.0f GFLOP/s, the %s %s peak of %d threads "
+                "(ATTNLAB_PEAK_GFLOPS overrides)\n",
+                flops_tok, peak.gflops, peak.source, peak.isa, peak.threads);
     std::printf("%s; %zu tokens per step\n", loader.describe().c_str(), tokens_per_step);
     if (resuming) std::printf("resumed from %s at step %lld\n", opts.resume.c_str(), (long long)state.step);
     std::fflush(stdout);
@@ -462,7 +460,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     if (!opts.quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
       const double ms = window_time / window_steps * 1e3;
       const double tps = tokens_per_step / (window_time / window_steps);
-      const double mfu = tps * flops_tok / (peak_gflops() * 1e9) * 100.0;
+      const double mfu = tps * flops_tok / (peak.gflops * 1e9) * 100.0;
       const double eta = (tc.steps - state.step) * window_time / window_steps;
       std::printf("step %6lld/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %s\n",
                   (long long)state.step, tc.steps, loss, lr, norm, ms, tps, mfu, format_eta(eta).c_str());

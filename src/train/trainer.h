@@ -48,7 +48,9 @@ struct TrainSummary {
 struct EvalResult { double loss_sum = 0; size_t count = 0; double mean() const { return count ? loss_sum / count : 0; } };
 EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches);
 
-// Model FLOPs per token of a training step (docs/performance.md): 6·N_matmul + 12·L·T·d.
+// Model FLOPs per token of a training step (docs/performance.md): 6·N_matmul + 6·L·d·(T + 1), the
+// attention term counting the causal half only (query i attends to i + 1 keys). Recomputation in
+// the backward is not counted.
 double training_flops_per_token(const GPT<float>& model, int T);
 
 // Global-norm clipping and one AdamW update of every parameter (decay per the registry, §0).

@@ -10,6 +10,9 @@
 //   without a sink; results independent of the thread count; the vector exp's accuracy;
 // - XSA (§2: on and gated, fused epilogue, dy rows, direct own-value term; the §2.4 invariants) and
 //   GOAT's row-dependent sink logit (§3.4), against the naive reference and finite differences.
+// - the backward's split over query chunks (few (b, kv head) pairs, a scratch from the caller): the
+//   chunk cuts, every mechanism above against the naive reference and finite differences (also
+//   with pos_offset), and the same bits run to run and for one thread or two.
 #include "kernels/attention.h"
 
 #include <omp.h>
@@ -42,6 +45,7 @@ struct Problem {
   double q_scale = 1.0;  // larger values make peaked softmax rows
   enum Xsa { Off, On, Gated } xsa = Off;  // §2: γ = 1, or random γ in (−1, 1)
   bool sink_slope = false;                // GOAT's row-dependent sink logit (§3.4); needs sink
+  bool split = false;  // give the fast backward its scratch: few (b, kv head) pairs split over query chunks
 };
 
 // Self-attention over a packed qkv buffer (B, T, (H+2Hkv)·Dh + pad).
@@ -107,10 +111,13 @@ void forward(Impl impl, T* out, T* lse, const T* q, const T* k, const T* v, cons
 
 template <class T>
 void backward(Impl impl, T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
-              const T* k, const T* v, const T* sink, T scale, const AttentionShape& s, const AttentionExtras<T>& x) {
-  if (impl == Impl::Fast)
-    attnlab::kernels::attention_backward(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, x);
-  else
+              const T* k, const T* v, const T* sink, T scale, const AttentionShape& s, const AttentionExtras<T>& x,
+              bool split = false) {
+  if (impl == Impl::Fast) {
+    std::vector<T> scratch(split ? attnlab::kernels::attention_backward_scratch_size<T>(s) : 0);
+    attnlab::kernels::attention_backward(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, x,
+                                         split ? scratch.data() : nullptr, scratch.size());
+  } else
     attnlab::kernels::attention_backward_naive(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, x);
 }
 
@@ -130,7 +137,7 @@ Result<T> run(Impl impl, Packed<T>& p, const std::vector<T>* dout) {
     T* dq = r.dqkv.data();
     backward(impl, dq, dq + p.c.H * p.c.Dh, dq + (p.c.H + p.c.Hkv) * p.c.Dh, p.sink.empty() ? nullptr : r.dsink.data(),
              dout->data(), r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), p.sink_ptr(), p.scale(), p.s,
-             p.extras(r.dslope.data(), r.dgamma.data()));
+             p.extras(r.dslope.data(), r.dgamma.data()), p.c.split);
   }
   return r;
 }
@@ -178,7 +185,8 @@ TEST(Attention, VectorExpIsAccurateAndFlushesTinyResultsToZero) {
 // wrong index, mask or missing rescale (those give errors of 1e-2 or more).
 void expect_fast_matches_naive_float(const Problem& c, double tol = 5e-6) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv << " Dh=" << c.Dh
-                                  << " sink=" << c.sink << " alibi=" << c.alibi << " pad=" << c.pad);
+                                  << " sink=" << c.sink << " alibi=" << c.alibi << " pad=" << c.pad
+                                  << " xsa=" << int(c.xsa) << " sink_slope=" << c.sink_slope << " split=" << c.split);
   Packed<float> p(c);
   const auto dout = random_vec<float>(p.out_size(), c.seed + 7);
   const auto fast = run(Impl::Fast, p, &dout);
@@ -224,6 +232,10 @@ Problem with(Problem c, Problem::Xsa xsa, bool sink_slope = false) {
   c.sink_slope = sink_slope;
   return c;
 }
+Problem split(Problem c) {
+  c.split = true;
+  return c;
+}
 
 TEST(Attention, FastMatchesNaiveFloatXsa) {
   // XSA's epilogue, its dy rows and its direct dV term (§2), over tile edges, GQA and head sizes;
@@ -247,6 +259,83 @@ TEST(Attention, FastMatchesNaiveFloatPeakedRows) {
   Problem c{1, 150, 2, 2, 64, true, false};
   c.q_scale = 30;
   expect_fast_matches_naive_float(c, 2e-5);
+}
+
+// ----- the backward split over query chunks (few (b, kv head) pairs) ---------------------------
+
+TEST(Attention, QueryChunksCoverTheQueriesWithEqualWork) {
+  // Chunks are whole query tiles, in order, none empty, and the work Σ (pos + 1) of each is within
+  // one tile's work of the total / n (a chunk ends at the first tile edge past its share).
+  using attnlab::kernels::detail::backward_query_chunks;
+  using attnlab::kernels::detail::split_queries;
+  constexpr int TILE = attnlab::kernels::detail::kTile<float>;
+  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(8, 4096, 4, 1, 64)), 1);
+  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(2, 4096, 8, 4, 64)), 1);
+  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(1, 4096, 4, 1, 64)), 8);
+  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(1, 4096, 4, 2, 64)), 4);
+  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(1, 3 * TILE, 4, 1, 64)), 3);
+  EXPECT_EQ(attnlab::kernels::attention_backward_scratch_size<float>(attnlab::kernels::packed_attention_shape(4, 256, 4, 2, 64)),
+            0u);
+  for (int T : {1, TILE, 3 * TILE - 1, 1000, 8192})
+    for (int off : {0, 37}) {
+      AttentionShape s = attnlab::kernels::packed_attention_shape(1, T, 1, 1, 16);
+      s.Tk = T + off, s.pos_offset = off;
+      const int n = backward_query_chunks<float>(s);
+      int bounds[attnlab::kernels::detail::kMaxQueryChunks + 1];
+      split_queries<float>(s, n, bounds);
+      auto work = [&](long i) { return i * off + i * (i + 1) / 2; };
+      EXPECT_EQ(bounds[0], 0);
+      EXPECT_EQ(bounds[n], T);
+      for (int c = 0; c < n; ++c) {
+        EXPECT_LT(bounds[c], bounds[c + 1]) << "T=" << T << " chunk " << c;
+        EXPECT_EQ(bounds[c] % TILE, 0);
+        const double share = double(work(T)) / n, tile_work = double(TILE) * (off + T);
+        EXPECT_LE(std::abs(double(work(bounds[c + 1]) - work(bounds[c])) - share), tile_work + 1) << "T=" << T;
+      }
+    }
+}
+
+TEST(Attention, FastMatchesNaiveFloatSplitBackward) {
+  // B = 1 and one KV head (or few) with several query tiles: the backward runs query chunks and
+  // adds their partial dK, dV; with every mechanism the kernel has.
+  constexpr int TILE = attnlab::kernels::detail::kTile<float>;
+  const int T = 9 * TILE + 5;  // 8 chunks over 10 tiles, the last one short
+  expect_fast_matches_naive_float(split({1, T, 1, 1, 64}));
+  expect_fast_matches_naive_float(split({1, T, 4, 1, 32, true, true}));                  // GQA 4, sink, ALiBi
+  expect_fast_matches_naive_float(split({1, T, 4, 2, 24, true, false, 3}));              // 2 pairs: 4 chunks
+  expect_fast_matches_naive_float(split({2, T, 2, 1, 16, false, true}));                 // 2 batches
+  expect_fast_matches_naive_float(split(with({1, T, 2, 1, 32, true}, Problem::On)));     // XSA
+  expect_fast_matches_naive_float(split(with({1, T, 4, 2, 40, true, true, 2}, Problem::Gated, true)));  // + GOAT slope
+  expect_fast_matches_naive_float(split({1, 2 * TILE + 3, 2, 1, 16, true}));             // 3 tiles: 3 chunks
+  expect_fast_matches_naive_float(split(with({1, 1100, 8, 1, 16, true}, Problem::Gated)));  // D cache per chunk
+}
+
+TEST(Attention, SplitBackwardIsDeterministicAndCloseToUnsplit) {
+  // The split changes the summation order of dK, dV only (dQ's is unchanged): bits equal run to
+  // run and for one thread or two, and within float rounding of the unsplit kernel.
+  for (const Problem& c : {Problem{1, 700, 4, 1, 64, true, true}, with({1, 300, 2, 2, 32, true}, Problem::Gated, true)}) {
+    Packed<float> p(split(c));
+    Packed<float> whole(c);
+    const auto dout = random_vec<float>(p.out_size(), 5);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const auto one = run(Impl::Fast, p, &dout);
+    omp_set_num_threads(std::max(2, threads));
+    const auto two = run(Impl::Fast, p, &dout);
+    const auto again = run(Impl::Fast, p, &dout);
+    const auto unsplit = run(Impl::Fast, whole, &dout);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(max_abs_diff(one.dqkv, two.dqkv), 0.0);
+    EXPECT_EQ(max_abs_diff(two.dqkv, again.dqkv), 0.0);
+    EXPECT_EQ(max_abs_diff(one.dsink, two.dsink), 0.0);
+    EXPECT_EQ(max_abs_diff(one.dslope, two.dslope), 0.0);
+    EXPECT_EQ(max_abs_diff(one.dgamma, two.dgamma), 0.0);
+    EXPECT_LT(max_rel_diff(two.dqkv, unsplit.dqkv), 5e-6);
+    // dQ keeps its order over key tiles: the same bits as the unsplit kernel.
+    for (int t = 0; t < c.T; ++t)
+      for (int d = 0; d < c.H * c.Dh; ++d)
+        ASSERT_EQ(two.dqkv[size_t(t) * p.s.q_stride + d], unsplit.dqkv[size_t(t) * p.s.q_stride + d]) << t;
+  }
 }
 
 TEST(Attention, FastMatchesNaiveDouble) {
@@ -312,6 +401,10 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
     expect_gradients_match_finite_differences(impl, with({1, 13, 4, 1, 6, true, true}, Problem::Gated, true));
     expect_gradients_match_finite_differences(impl, with({1, 10, 2, 2, 4}, Problem::Gated));
   }
+  // The split backward (8-row tiles in double: 3 and 4 query chunks).
+  expect_gradients_match_finite_differences(Impl::Fast, split({1, 19, 2, 1, 5, true, true}));
+  expect_gradients_match_finite_differences(Impl::Fast, split(with({1, 27, 4, 2, 4, true, false, 1}, Problem::Gated, true)));
+  expect_gradients_match_finite_differences(Impl::Fast, split(with({1, 21, 2, 1, 6, false, true}, Problem::On)));
 }
 
 TEST(Attention, GradientsMatchFiniteDifferencesWithKvCacheOffset) {
@@ -378,9 +471,9 @@ TEST(Attention, KvCacheChunksEqualOneShot) {
   EXPECT_LT(max_abs_diff(lse, one_shot.lse), 1e-5);
 }
 
-void expect_kv_chunk_matches_naive(int Tq, int Tk, int off) {
+void expect_kv_chunk_matches_naive(int Tq, int Tk, int off, bool split = false) {
   // Forward and backward of a chunk (Tq < Tk, pos_offset > 0, batch stride = cache capacity) in float.
-  SCOPED_TRACE(testing::Message() << "Tq=" << Tq << " Tk=" << Tk << " pos_offset=" << off);
+  SCOPED_TRACE(testing::Message() << "Tq=" << Tq << " Tk=" << Tk << " pos_offset=" << off << " split=" << split);
   const int B = 2, H = 4, Hkv = 1, Dh = 64, capacity = 200;
   const int kv_stride = 2 * Hkv * Dh;
   AttentionShape s{B, Tq, Tk, H, Hkv, Dh, H * Dh, long(Tq) * H * Dh, kv_stride, long(capacity) * kv_stride, H * Dh, off};
@@ -401,7 +494,7 @@ void expect_kv_chunk_matches_naive(int Tq, int Tk, int off) {
     float* dcache = r[i].dqkv.data() + q.size();
     backward(impl, r[i].dqkv.data(), dcache, dcache + Hkv * Dh, r[i].dsink.data(), dout.data(), r[i].out.data(),
              r[i].lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh, sink.data(), scale, s,
-             {});
+             {}, split);
   }
   EXPECT_LT(max_rel_diff(r[0].out, r[1].out), 5e-6);
   EXPECT_LT(max_rel_diff(r[0].dsink, r[1].dsink), 5e-6);
@@ -426,6 +519,9 @@ TEST(Attention, KvCacheChunkMatchesNaive) {
   expect_kv_chunk_matches_naive(70, 150, 75);  // keys 145..149 are seen by no query: zero dk, dv
   expect_kv_chunk_matches_naive(1, 130, 129);  // one decoding step
   expect_kv_chunk_matches_naive(17, 100, 83);
+  // The backward's query chunks with pos_offset > 0 (B·Hkv = 2 pairs: up to 4 chunks).
+  expect_kv_chunk_matches_naive(70, 150, 75, true);
+  expect_kv_chunk_matches_naive(150, 190, 33, true);
 }
 
 // ----- invariants (§1.5) ----------------------------------------------------------------------

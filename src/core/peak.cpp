@@ -1,0 +1,115 @@
+#include "core/peak.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#include "core/timer.h"
+
+namespace attnlab {
+namespace {
+
+// One thread's share of a trial: `iters` rounds of kChains independent FMAs on vectors of kLanes
+// floats. acc = acc·m + c with m just below 1 converges to c/(1 − m): no overflow, no denormal.
+// kChains covers the FMA latency times the FMA units (4 cycles × 2 units on the CPUs we have).
+#if defined(__AVX512F__)
+constexpr const char* kIsa = "AVX-512 FMA";
+constexpr int kLanes = 16, kChains = 24;
+float fma_loop(long iters) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-3f);
+  for (long it = 0; it < iters; ++it)
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, c);
+  for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr const char* kIsa = "AVX2 FMA";
+constexpr int kLanes = 8, kChains = 12;  // 12 accumulators + 2 constants of the 16 registers
+float fma_loop(long iters) {
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(float(i));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-3f);
+  for (long it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
+  for (int i = 1; i < kChains; ++i) acc[0] = _mm256_add_ps(acc[0], acc[i]);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, acc[0]);
+  return out[0] + out[7];
+}
+#else
+constexpr const char* kIsa = "portable (scalar a*b+c as compiled)";
+constexpr int kLanes = 1, kChains = 16;
+float fma_loop(long iters) {
+  float acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = float(i);
+  const float m = 0.999999f, c = 1e-3f;
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < kChains; ++i) acc[i] = acc[i] * m + c;
+  float s = 0;
+  for (int i = 0; i < kChains; ++i) s += acc[i];
+  return s;
+}
+#endif
+
+volatile float g_sink;  // keeps the loops' results alive
+
+// One trial: every thread runs fma_loop(iters) at once and times its own loop; rate[t] = its best
+// GFLOP/s so far. Per-thread times, best over many short trials: on a shared machine some trial
+// of each thread runs without being descheduled, while all threads still run concurrently (two
+// threads on one SMT core share its FMA units and read half each, as they should).
+void trial(int threads, long iters, double* rate) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+#pragma omp barrier
+    Timer timer;
+    const float r = fma_loop(iters);
+    const double seconds = timer.seconds();
+    if (r == 12345.f) g_sink = r;
+    rate[t] = std::max(rate[t], 2.0 * kLanes * kChains * double(iters) / seconds / 1e9);
+  }
+}
+
+double measure(int threads) {
+  std::vector<double> rate(threads, 0.0);
+  long iters = 1 << 10;
+  for (;;) {  // about 2 ms per trial
+    Timer t;
+    trial(threads, iters, rate.data());
+    if (t.seconds() > 0.002 || iters > (1L << 40)) break;
+    iters *= 2;
+  }
+  std::fill(rate.begin(), rate.end(), 0.0);
+  for (int i = 0; i < 40; ++i) trial(threads, iters, rate.data());
+  double total = 0;
+  for (double r : rate) total += r;
+  return total;
+}
+
+}  // namespace
+
+PeakFlops peak_flops(int threads) {
+  threads = std::max(1, threads);
+  if (const char* e = std::getenv("ATTNLAB_PEAK_GFLOPS")) {
+    const double v = std::atof(e);
+    if (v > 0) return {v, threads, "ATTNLAB_PEAK_GFLOPS", kIsa};
+  }
+  static std::mutex mu;
+  static PeakFlops cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached.threads != threads) cached = {measure(threads), threads, "measured", kIsa};
+  return cached;
+}
+
+}  // namespace attnlab

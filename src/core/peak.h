@@ -1,0 +1,23 @@
+// attnlab core: the machine's fp32 peak, measured, as the denominator of MFU figures.
+// docs/performance.md ("Model FLOPs and MFU") has the method and the values measured so far.
+#pragma once
+
+namespace attnlab {
+
+struct PeakFlops {
+  double gflops = 0;          // fp32 GFLOP/s over `threads` threads (an FMA counts 2 FLOPs)
+  int threads = 0;
+  const char* source = "";    // "measured" or "ATTNLAB_PEAK_GFLOPS"
+  const char* isa = "";       // the vector FMA the binary was compiled for (the one its kernels use)
+};
+
+// The FMA throughput of this machine over `threads` OpenMP threads: a register-only loop of
+// independent vector FMAs (of the widest ISA this binary is compiled for: AVX-512, AVX2 + FMA, or
+// the compiler's code for scalar a·b + c elsewhere) run by every thread at once; each thread's best
+// rate over 40 trials of about 2 ms, summed over the threads (a shared core only ever reads low,
+// and the best of many short trials finds moments it was not shared). About 0.1 s the first time;
+// cached per process for the last thread count asked. ATTNLAB_PEAK_GFLOPS (a positive number)
+// replaces the measurement, for users who know their peak or want one figure across machines.
+PeakFlops peak_flops(int threads);
+
+}  // namespace attnlab
