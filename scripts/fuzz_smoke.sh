@@ -11,7 +11,8 @@
 # findings are kept under build/fuzz/findings/<target>/ (outside the scratch directory, which is
 # removed). A summary line per target gives libFuzzer's final counts: executions, exec/s, coverage
 # (cov: edges, ft: features) and the corpus size at the end. FUZZ_KEEP=DIR keeps each target's log
-# and final corpus in DIR/<target>/. docs/reliability.md ("Fuzzing").
+# and final corpus in DIR/<target>/; FUZZ_FLAGS adds libFuzzer flags (after ours, so they win).
+# docs/reliability.md ("Fuzzing").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
@@ -50,7 +51,7 @@ for t in "${TARGETS[@]}"; do
   # -timeout: one input running 25 s is a hang (the seeds take milliseconds under ASan);
   # -rss_limit_mb: 2 GB, the readers must refuse a hostile size before allocating it.
   "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="build/fuzz/findings/$t/" "$scratch/$t/corpus" >"$log" 2>&1 &
+    -artifact_prefix="build/fuzz/findings/$t/" ${FUZZ_FLAGS:-} "$scratch/$t/corpus" >"$log" 2>&1 &
   pid=$!
   wait $pid
   rc=$?
