@@ -9,6 +9,9 @@
 #                                  Python with NumPy, PyTorch (the float64 reference) and the
 #                                  official safetensors reader (the interop tests), and Debian's
 #                                  chromium (loads `attnlab compare`'s report.html headless)
+#   scripts/install_deps.sh fuzz   what scripts/fuzz_smoke.sh needs: the `demo` packages, clang with
+#                                  libFuzzer and the sanitizer runtimes (libclang-rt-14-dev, only a
+#                                  Recommends of clang) and LLVM's OpenMP (clang's -fopenmp)
 #
 # Every package is named here: a machine that has only git and make gets all of them (checked on a
 # fresh Debian bookworm root). Debian's oneDNN CMake package needs OpenCL's (a Recommends of
@@ -20,10 +23,12 @@ demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-de
       nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
       python3-matplotlib)
 tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium)
+fuzz=(clang libclang-rt-14-dev libomp-dev)
 case "$what" in
   demo) pkgs=("${demo[@]}") ;;
   test) pkgs=("${demo[@]}" "${tests[@]}") ;;
-  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+  fuzz) pkgs=("${demo[@]}" "${fuzz[@]}") ;;
+  *) echo "usage: $0 demo|test|fuzz" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do

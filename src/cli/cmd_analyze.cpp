@@ -88,7 +88,7 @@ void run_analyze(const AnalyzeArgs& a) {
 }  // namespace
 
 void register_analyze(CLI::App& app) {
-  auto* a = new AnalyzeArgs;
+  auto* a = program_lifetime<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "the diagnostics of docs/mechanisms.md §8 as analysis.json and plots (docs/analysis.md)");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
   cmd->add_option("--data", a->data, "token shard (validation data, from `attnlab prepare`)")->required();

@@ -219,7 +219,7 @@ void run_info(const ConfigArgs& args) {
 
 void register_bench(CLI::App& app) {
   {
-    auto* a = new BenchArgs;
+    auto* a = program_lifetime<BenchArgs>();
     auto* cmd = app.add_subcommand("bench", "time full training steps (forward, backward, AdamW) on synthetic tokens");
     a->config.add_to(cmd);
     cmd->add_option("--steps", a->steps, "timed steps")->check(CLI::PositiveNumber);
@@ -238,7 +238,7 @@ void register_bench(CLI::App& app) {
     });
   }
   {
-    auto* a = new ConfigArgs;
+    auto* a = program_lifetime<ConfigArgs>();
     auto* cmd = app.add_subcommand("info", "parameter count, activation memory per token and FLOPs of a configuration");
     a->add_to(cmd);
     cmd->callback([a] { run_info(*a); });

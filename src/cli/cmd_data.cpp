@@ -7,9 +7,9 @@
 namespace attnlab::cli {
 
 void register_data(CLI::App& app) {
-  auto* o = new PrepareOptions;
+  auto* o = program_lifetime<PrepareOptions>();
   auto* cmd = app.add_subcommand("prepare", "train a SentencePiece BPE tokenizer on text files and write train/val token shards");
-  auto* dna = new std::vector<std::string>;
+  auto* dna = program_lifetime<std::vector<std::string>>();
   cmd->add_option("--input", o->inputs, "UTF-8 text files (repeatable)");
   cmd->add_option("--dna", *dna, "FASTA files, plain or .gz (repeatable): nucleotide tokens instead of text (docs/data.md, DNA)");
   cmd->add_option("--out", o->out_dir, "output directory: tokenizer.model, train.bin, val.bin, prepare.json")->required();

@@ -243,7 +243,7 @@ void run_grads(const GradsArgs& a) {
 
 void register_infer(CLI::App& app) {
   {
-    auto* a = new EvalArgs;
+    auto* a = program_lifetime<EvalArgs>();
     auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint on a token shard");
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--data", a->data, "token shard (llm.c format, from `attnlab prepare`)")->required();
@@ -265,7 +265,7 @@ void register_infer(CLI::App& app) {
     cmd->callback([a] { run_eval(*a); });
   }
   {
-    auto* a = new ForwardArgs;
+    auto* a = program_lifetime<ForwardArgs>();
     auto* cmd = app.add_subcommand("forward", "write the logits for given token ids as a NumPy .npy file");
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "llm.c shard, or text file with one sequence of ids per line")->required();
@@ -275,7 +275,7 @@ void register_infer(CLI::App& app) {
     cmd->callback([a] { run_forward(*a); });
   }
   {
-    auto* a = new SampleArgs;
+    auto* a = program_lifetime<SampleArgs>();
     auto* cmd = app.add_subcommand("sample", "generate text with a KV cache");
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--prompt", a->prompt, "prompt text")->required();
@@ -288,7 +288,7 @@ void register_infer(CLI::App& app) {
     cmd->callback([a] { run_sample(*a); });
   }
   {
-    auto* a = new GradsArgs;
+    auto* a = program_lifetime<GradsArgs>();
     auto* cmd = app.add_subcommand("grads", "loss, logits and every parameter gradient for given sequences (reference tests)");
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "text file, one sequence of T+1 ids per line")->required();

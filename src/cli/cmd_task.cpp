@@ -101,7 +101,7 @@ void run_task(TaskArgs& a) {
 }  // namespace
 
 void register_task(CLI::App& app) {
-  auto* a = new TaskArgs;  // lives for the program's lifetime, like the App
+  auto* a = program_lifetime<TaskArgs>();  // lives for the program's lifetime, like the App
   auto* cmd = app.add_subcommand("task", "synthetic long-context tasks: train on one, or evaluate a checkpoint at several lengths");
   cmd->add_option("name", a->name, "passkey (docs/mechanisms.md §8.7), needle (§8.8) or mqar (associative recall)")
       ->required()

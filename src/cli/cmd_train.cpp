@@ -14,9 +14,9 @@ namespace attnlab::cli {
 void register_train(CLI::App& app) {
   {
     auto* cmd = app.add_subcommand("train", "train a model (prints progress; writes checkpoints and metrics.jsonl to train.out_dir)");
-    auto* args = new ConfigArgs;  // lives for the program's lifetime, like the App
+    auto* args = program_lifetime<ConfigArgs>();  // lives for the program's lifetime, like the App
     args->add_to(cmd);
-    auto* opts = new TrainOptions;
+    auto* opts = program_lifetime<TrainOptions>();
     cmd->add_option("--resume", opts->resume, "resume exactly from a checkpoint written by `attnlab train`");
     cmd->add_option("--stop-after", opts->stop_after, "stop with a checkpoint after this many steps in this run");
     cmd->add_flag("--quiet", opts->quiet, "no progress lines");
@@ -35,9 +35,9 @@ void register_train(CLI::App& app) {
   }
   {
     auto* cmd = app.add_subcommand("init", "write a freshly initialised model as a checkpoint (step 0)");
-    auto* args = new ConfigArgs;
+    auto* args = program_lifetime<ConfigArgs>();
     args->add_to(cmd);
-    auto* out = new std::string;
+    auto* out = program_lifetime<std::string>();
     cmd->add_option("--out", *out, "checkpoint path (.safetensors)")->required();
     cmd->callback([args, out] {
       const Config cfg = args->resolve();
