@@ -15,9 +15,9 @@ namespace attnlab::cli {
 
 void register_compare(CLI::App& app) {
   {
-    auto* grid = new std::string;
-    auto* o = new CompareOptions;
-    auto* no_report = new bool(false);
+    auto* grid = program_lifetime<std::string>();
+    auto* o = program_lifetime<CompareOptions>();
+    auto* no_report = program_lifetime<bool>();  // false
     auto* cmd = app.add_subcommand("compare", "train a grid of variants × seeds at equal tokens; results.json, results.md, report.html (docs/compare.md)");
     cmd->add_option("grid", *grid, "grid file (TOML subset, docs/compare.md)")->required();
     cmd->add_option("--out", o->out, "output directory (default runs/compare)");
@@ -36,8 +36,9 @@ void register_compare(CLI::App& app) {
     });
   }
   {
-    auto* in = new std::string;
-    auto* out = new std::string("report.html");
+    auto* in = program_lifetime<std::string>();
+    auto* out = program_lifetime<std::string>();
+    *out = "report.html";
     auto* cmd = app.add_subcommand("report", "write the self-contained HTML report of a compare results.json");
     cmd->add_option("results", *in, "results.json written by `attnlab compare`")->required();
     cmd->add_option("--out", *out, "HTML file (default report.html)");
