@@ -14,27 +14,14 @@
 #include "train/checkpoint.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
+#include "train_util.h"
 
 using namespace attnlab;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("attnlab_test_train_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-// A learnable token stream: a noisy repeating pattern over a small vocabulary.
-void write_data(const fs::path& dir, int V) {
-  Rng r(1);
-  for (const char* name : {"train.bin", "val.bin"}) {
-    std::vector<uint16_t> toks(name[0] == 't' ? 20000 : 3000);
-    for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)(r.uniform() < 0.9 ? (i * 7) % V : r.below(V));
-    write_shard((dir / name).string(), toks.data(), toks.size());
-  }
-}
+fs::path temp_dir(const std::string& name) { return test_util::temp_dir("train", name); }
+void write_data(const fs::path& dir, int V) { test_util::write_learnable_shards(dir, V); }
 
 Config config_for(const fs::path& dir, const std::string& extra) {
   std::string text = "model.n_layer = 2\nmodel.d_model = 32\nmodel.n_head = 4\nmodel.seq_len = 16\nmodel.vocab_size = 50\n"
