@@ -49,8 +49,17 @@ void register_compare(CLI::App& app) {
       try { j = nlohmann::json::parse(f); } catch (const std::exception& e) { fail("results file ", *in, ": not JSON (", e.what(), ")"); }
       if (j.value("schema", "") != kCompareSchema) fail("results file ", *in, ": schema is not ", kCompareSchema);
       if (j.value("version", 0) != kCompareVersion) fail("results file ", *in, ": version ", j.value("version", 0), ", this tool reads ", kCompareVersion);
-      if (!j.contains("summary")) summarize_results(j);
-      write_file_atomic(*out, render_report_html(j));
+      // The summary is derived from the runs: recomputing it gives a document written by an older
+      // attnlab the current statistics (e.g. the paired test) and cannot disagree with its runs.
+      std::string html;
+      try {
+        if (j.contains("runs") && j["runs"].is_array() && j.contains("grid")) summarize_results(j);
+        else if (!j.contains("summary")) fail("results file ", *in, ": has neither runs nor a summary");
+        html = render_report_html(j);
+      } catch (const nlohmann::json::exception& e) {
+        fail("results file ", *in, ": not a compare document this tool can read (", e.what(), ")");
+      }
+      write_file_atomic(*out, html);
       std::printf("wrote %s\n", out->c_str());
     });
   }

@@ -326,10 +326,14 @@ void summarize_results(json& results) {
   for (const auto& v : results["grid"]["variants"]) order.push_back(v["name"].get<std::string>());
   const std::string base = results["grid"]["baseline"].get<std::string>();
   std::map<std::string, std::vector<double>> loss, tps;
+  std::map<std::string, std::map<uint64_t, double>> loss_by_seed;
   std::map<std::string, json> params;
   for (const auto& r : results["runs"]) {
     const std::string v = r["variant"].get<std::string>();
-    if (r["val_loss"].is_number()) loss[v].push_back(r["val_loss"].get<double>());
+    if (r["val_loss"].is_number()) {
+      loss[v].push_back(r["val_loss"].get<double>());
+      if (r.contains("seed") && r["seed"].is_number_unsigned()) loss_by_seed[v][r["seed"].get<uint64_t>()] = r["val_loss"].get<double>();
+    }
     if (r["tokens_per_s"].is_number()) tps[v].push_back(r["tokens_per_s"].get<double>());
     params[v] = r["params"];
   }
@@ -348,6 +352,19 @@ void summarize_results(json& results) {
                           {"t", w.valid ? json(w.t) : json(nullptr)},
                           {"p", w.valid ? json(w.p) : json(nullptr)},
                           {"ci95", w.valid ? json::array({w.lo, w.hi}) : json(nullptr)}};
+      // Paired by seed: a seed fixes the data order of every variant, so the per-seed differences
+      // remove the variation the variants share (the seeds both have finished).
+      std::vector<double> a, b;
+      for (const auto& [seed, x] : loss_by_seed[v])
+        if (loss_by_seed[base].count(seed)) { a.push_back(x); b.push_back(loss_by_seed[base][seed]); }
+      const stats::Paired pd = stats::paired(a, b);
+      s["vs_baseline"]["paired"] = {{"n", pd.n},
+                                    {"diff", pd.n ? num_or_null(pd.diff) : json(nullptr)},
+                                    {"sd", pd.valid ? json(pd.sd) : json(nullptr)},
+                                    {"t", pd.valid ? json(pd.t) : json(nullptr)},
+                                    {"df", pd.valid ? json(pd.df) : json(nullptr)},
+                                    {"p", pd.valid ? json(pd.p) : json(nullptr)},
+                                    {"ci95", pd.valid ? json::array({pd.lo, pd.hi}) : json(nullptr)}};
     }
     // Length sweep and tasks: mean ± sd over the variant's runs at each length multiple.
     std::vector<const json*> vr;
@@ -397,12 +414,14 @@ std::string results_markdown(const json& results) {
   o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step; seeds";
   for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
   o << ". Validation loss on the whole validation shard (" << results["val_tokens"].get<long long>() << " tokens), mean ± sd over seeds; "
-    << "Δ = variant − baseline (`" << g["baseline"].get<std::string>() << "`) with Welch's t-test and its 95% interval.\n\n";
+    << "Δ = variant − baseline (`" << g["baseline"].get<std::string>() << "`) with Welch's t-test and its 95% interval; "
+    << "the paired columns difference each seed's run against the baseline's run of the same seed (same data order) and test "
+    << "those differences (paired t, n − 1 degrees of freedom).\n\n";
   if (results.contains("partial"))
     o << "**Partial**: " << results["partial"]["runs_done"].get<long long>() << " of " << results["partial"]["runs_total"].get<long long>()
       << " runs finished (`attnlab compare --summarize`); n per variant is in the table.\n\n";
-  o << "| variant | settings | parameters | tok/s | val loss (mean ± sd, n) | Δ vs baseline | 95% interval | p |\n";
-  o << "|---|---|---:|---:|---:|---:|---:|---:|\n";
+  o << "| variant | settings | parameters | tok/s | val loss (mean ± sd, n) | Δ vs baseline | 95% interval | p | paired Δ ± sd (n) | paired 95% interval | paired p |\n";
+  o << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   std::map<std::string, std::string> settings;
   for (const auto& v : g["variants"]) settings[v["name"]] = sets_text(v["sets"].get<std::vector<std::string>>());
   for (const auto& s : results["summary"]) {
@@ -416,7 +435,19 @@ std::string results_markdown(const json& results) {
     std::string loss = num(s["val_loss"]["mean"], "%.4f");
     if (s["val_loss"]["sd"].is_number()) loss += " ± " + num(s["val_loss"]["sd"], "%.4f");
     loss += " (" + std::to_string(s["n"].get<int>()) + ")";
-    std::string d = "baseline", ci = "", p = "";
+    std::string d = "baseline", ci = "", p = "", pd = "", pci = "", pp = "";
+    auto interval = [&](const json& c) {
+      return c.is_array() ? "[" + num(c[0], "%+.4f") + ", " + num(c[1], "%+.4f") + "]" : std::string("–");
+    };
+    auto pval = [&](const json& x) { return x.is_number() ? num(x, x.get<double>() < 1e-3 ? "%.1e" : "%.3f") : std::string("–"); };
+    if (!s["vs_baseline"].is_null() && s["vs_baseline"].contains("paired")) {
+      const json& q = s["vs_baseline"]["paired"];
+      pd = num(q["diff"], "%+.4f");
+      if (q["sd"].is_number()) pd += " ± " + num(q["sd"], "%.4f");
+      pd += " (" + std::to_string(q["n"].get<int>()) + ")";
+      pci = interval(q["ci95"]);
+      pp = pval(q["p"]);
+    }
     if (!s["vs_baseline"].is_null()) {
       d = num(s["vs_baseline"]["diff"], "%+.4f");
       ci = "–";
@@ -431,8 +462,9 @@ std::string results_markdown(const json& results) {
                                              : "–";
     }
     const std::string params = s["params"].is_number() ? std::to_string(s["params"].get<long long>()) : "–";
-    std::snprintf(buf, sizeof buf, "| %s | `%s` | %s | %s | %s | %s | %s | %s |\n", v.c_str(), settings[v].c_str(), params.c_str(),
-                  num(s["tokens_per_s"]["mean"], "%.0f").c_str(), loss.c_str(), d.c_str(), ci.c_str(), p.c_str());
+    std::snprintf(buf, sizeof buf, "| %s | `%s` | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.c_str(), settings[v].c_str(),
+                  params.c_str(), num(s["tokens_per_s"]["mean"], "%.0f").c_str(), loss.c_str(), d.c_str(), ci.c_str(), p.c_str(),
+                  pd.c_str(), pci.c_str(), pp.c_str());
     o << buf;
   }
   // The length sweep and the tasks, when the grid has them.

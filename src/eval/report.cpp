@@ -257,7 +257,7 @@ std::string render_report_html(const json& results) {
     settings[v["name"]] = s;
   }
   o << "<h2>Results</h2>\n<table id=\"results-table\">\n<tr><th>variant</th><th>settings</th><th>parameters</th><th>tok/s</th>"
-       "<th>val loss (mean ± sd, n)</th><th>Δ vs baseline</th><th>95% interval</th><th>p (Welch)</th><th>per seed</th></tr>\n";
+       "<th>val loss (mean ± sd, n)</th><th>Δ vs baseline</th><th>95% interval</th><th>p (Welch)</th><th>paired Δ (n)</th><th>p (paired)</th><th>per seed</th></tr>\n";
   for (const auto& s : results["summary"]) {
     const std::string v = s["variant"];
     auto num = [](const json& x, const char* fm) { return x.is_number() ? f(x.get<double>(), fm) : std::string("–"); };
@@ -267,20 +267,28 @@ std::string render_report_html(const json& results) {
     if (s["val_loss"]["sd"].is_number()) o << " ± " << num(s["val_loss"]["sd"], "%.4f");
     o << " (" << s["n"].get<int>() << ")</td>";
     if (s["vs_baseline"].is_null()) {
-      o << "<td>baseline</td><td></td><td></td>";
+      o << "<td>baseline</td><td></td><td></td><td></td><td></td>";
     } else {
       const auto& b = s["vs_baseline"];
       o << "<td class=\"n\">" << num(b["diff"], "%+.4f") << "</td><td class=\"n\">"
         << (b["ci95"].is_array() ? "[" + num(b["ci95"][0], "%+.4f") + ", " + num(b["ci95"][1], "%+.4f") + "]" : "–") << "</td><td class=\"n\">"
         << num(b["p"], b["p"].is_number() && b["p"].get<double>() < 1e-3 ? "%.1e" : "%.3f") << "</td>";
+      if (b.contains("paired")) {
+        const auto& q = b["paired"];
+        o << "<td class=\"n\">" << num(q["diff"], "%+.4f") << " (" << q["n"].get<int>() << ")</td><td class=\"n\">"
+          << num(q["p"], q["p"].is_number() && q["p"].get<double>() < 1e-3 ? "%.1e" : "%.3f") << "</td>";
+      } else {
+        o << "<td>–</td><td>–</td>";
+      }
     }
     std::string per;
     for (const auto& x : s["val_loss"]["values"]) per += (per.empty() ? "" : ", ") + f(x.get<double>(), "%.4f");
     o << "<td class=\"n\">" << per << "</td></tr>\n";
   }
   o << "</table>\n<p style=\"font-size:13px;color:#555\">Δ = mean(variant) − mean(baseline) of the final validation loss on the whole "
-       "validation shard; Welch's unequal-variance t-test, Welch–Satterthwaite degrees of freedom, two-sided p. With few seeds the "
-       "interval is wide.</p>\n";
+       "validation shard; Welch's unequal-variance t-test, Welch–Satterthwaite degrees of freedom, two-sided p. Paired: the mean of "
+       "the per-seed differences to the baseline's run of the same seed (same data order) and its t-test on n − 1 degrees of "
+       "freedom. With few seeds the intervals are wide.</p>\n";
 
   // Length extrapolation: loss against the evaluated length, mean ± sd over seeds.
   {

@@ -101,4 +101,25 @@ Welch welch(const std::vector<double>& a, const std::vector<double>& b, double a
   return w;
 }
 
+Paired paired(const std::vector<double>& a, const std::vector<double>& b, double alpha) {
+  Paired r;
+  if (a.size() != b.size()) return r;
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  r.n = (int)d.size();
+  r.diff = mean(d);
+  if (r.n < 2) return r;
+  r.sd = sample_sd(d);
+  r.se = r.sd / std::sqrt(double(r.n));
+  if (!(r.se > 0)) return r;
+  r.df = r.n - 1;
+  r.t = r.diff / r.se;
+  r.p = incomplete_beta(r.df / 2, 0.5, r.df / (r.df + r.t * r.t));
+  const double q = t_quantile(1 - alpha / 2, r.df);
+  r.lo = r.diff - q * r.se;
+  r.hi = r.diff + q * r.se;
+  r.valid = true;
+  return r;
+}
+
 }  // namespace attnlab::stats

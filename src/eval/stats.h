@@ -1,6 +1,6 @@
 // Small-sample statistics for `attnlab compare` (docs/compare.md): mean and sample standard
 // deviation, Student's t distribution through the regularized incomplete beta function, and
-// Welch's unequal-variance t-test with its Welch–Satterthwaite interval. No external library.
+// Welch's unequal-variance t-test with its Welch–Satterthwaite interval, and the paired t-test. No external library.
 #pragma once
 #include <vector>
 
@@ -26,5 +26,16 @@ struct Welch {
   bool valid = false;  // false when either sample has fewer than 2 values or se = 0 (then only diff is set)
 };
 Welch welch(const std::vector<double>& a, const std::vector<double>& b, double alpha = 0.05);
+
+// The paired t-test on d_i = a_i − b_i (a and b of one size, pair i the same seed: in `compare` a
+// seed fixes the data order of every variant, so seed-to-seed variation that the variants share
+// cancels in d). diff = mean(d), se = sd(d)/√n, df = n − 1, two-sided p and the (1 − alpha)
+// interval diff ∓ t_{1−alpha/2, n−1}·se.
+struct Paired {
+  int n = 0;
+  double diff = 0, sd = 0, se = 0, t = 0, df = 0, p = 0, lo = 0, hi = 0;
+  bool valid = false;  // false when n < 2 or sd(d) = 0 (then only n and diff are set)
+};
+Paired paired(const std::vector<double>& a, const std::vector<double>& b, double alpha = 0.05);
 
 }  // namespace attnlab::stats

@@ -14,7 +14,12 @@ check "no script, stylesheet link or external reference" '! grep -qiE "<script|<
 figs=(fig-val-loss fig-train-loss fig-lengths fig-task-passkey fig-task-needle fig-similarity fig-goat fig-depth results-table)
 for id in "${figs[@]}"; do check "page has #$id" 'grep -q "id=\"$id\"" "$H"'; done
 check "one seed band per variant in the loss figures" '[ "$(grep -c "class=\"band\"" "$H")" -ge 6 ]'
+check "the table has the paired test, computed from the runs" 'grep -q "p (paired)" "$H" && grep -qE "<td class=\"n\">[+-][0-9.]+ \(2\)</td>" "$H"'
 check "table rows for every variant" 'grep -q ">rope<\|> rope<" "$H" && grep -q "xsa+goat" "$H" && grep -q "dar" "$H"'
+
+printf '{"schema":"attnlab.compare","version":1,"grid":{},"runs":[{}]}' >"$WORK/broken.json"
+"$BIN" report "$WORK/broken.json" --out "$WORK/broken.html" >"$WORK/broken.log" 2>&1
+check "a document with malformed runs is refused, naming the file" '[ $? = 1 ] && grep -q "results file .*broken.json" "$WORK/broken.log" && [ ! -e "$WORK/broken.html" ]'
 
 printf '{"schema":"other"}' >"$WORK/bad.json"
 "$BIN" report "$WORK/bad.json" --out "$WORK/bad.html" >"$WORK/bad.log" 2>&1
