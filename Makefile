@@ -1,7 +1,7 @@
 # Thin wrapper: the two commands of the README, plus bench.
 #   make demo  — install what is missing, build the tool (Release, no tests), prepare the default
 #                corpus, run the quick comparison grid (configs/grids/quick.toml: RoPE, XSA, GOAT,
-#                DAR-block, XSA+GOAT+DAR × 2 seeds; 10–20 minutes on 2 cores), print its table and the
+#                DAR-block, XSA+GOAT+DAR × 2 seeds; about 7 minutes on 2 quiet cores), print its table and the
 #                path of its HTML report. Run again, it resumes (finished runs are skipped).
 #   make train-demo — the plain single-model path: train the small model (170 s budget), print the
 #                validation loss and a sample.
