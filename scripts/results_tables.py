@@ -34,6 +34,77 @@ def pm(x, fmt="%.4f"):
     return s
 
 
+def betacf(a, b, x):
+    # Continued fraction of the incomplete beta function (modified Lentz), as src/eval/stats.cpp.
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c, dd = 1.0, 1 - qab * x / qap
+    dd = 1 / (dd if abs(dd) > tiny else tiny)
+    h = dd
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        dd = 1 + aa * dd
+        dd = 1 / (dd if abs(dd) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        h *= dd * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        dd = 1 + aa * dd
+        dd = 1 / (dd if abs(dd) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        de = dd * c
+        h *= de
+        if abs(de - 1) < 1e-15:
+            break
+    return h
+
+
+def ibeta(a, b, x):
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    lb = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(lb) * betacf(a, b, x) / a
+    return 1 - math.exp(lb) * betacf(b, a, 1 - x) / b
+
+
+def t_two_sided_p(t, df):
+    return ibeta(df / 2, 0.5, df / (df + t * t))
+
+
+def t_quantile(p, df):
+    lo, hi = 0.0, 1e3  # p > 0.5
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if 1 - t_two_sided_p(mid, df) / 2 < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def welch(a, b):
+    va, vb = sd(a) ** 2 / len(a), sd(b) ** 2 / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    diff = mean(a) - mean(b)
+    q = t_quantile(0.975, df)
+    return diff, t_two_sided_p(diff / se, df), diff - q * se, diff + q * se
+
+
+def paired(a, b):
+    dlist = [x - y for x, y in zip(a, b)]
+    diff, se, df = mean(dlist), sd(dlist) / math.sqrt(len(dlist)), len(dlist) - 1
+    q = t_quantile(0.975, df)
+    return diff, t_two_sided_p(diff / se, df), diff - q * se, diff + q * se
+
+
+# The comparisons the papers make besides "against RoPE": GOAT against ALiBi, DAR against AttnRes.
+PAIRS = [("xsa", "rope"), ("goat", "alibi"), ("dar-block", "attnres-block"), ("attnres-block", "rope")]
+
+
 def main(path):
     d = json.load(open(path))
     order = [v["name"] for v in d["grid"]["variants"]]
@@ -62,6 +133,34 @@ def main(path):
                 cells.append("%.4f%s" % (r["val_loss"], rk))
         mr = "%.2f" % mean(ranks[v]) if ranks[v] else "–"
         print("| %s | %s | %s |" % (v, " | ".join(cells), mr))
+    # Kendall's W: agreement of the seeds' rankings (1 = every seed ranks the variants alike, 0 = no
+    # agreement); W = 12 S / (m² (n³ − n)), S = Σ_v (R_v − m(n + 1)/2)², R_v the sum of v's ranks.
+    m, n = len(done_seeds), len(order)
+    if m >= 2 and n >= 2:
+        S = sum((sum(ranks[v]) - m * (n + 1) / 2) ** 2 for v in order)
+        print("\nKendall's W over the %d complete seeds: %.3f" % (m, 12 * S / (m * m * (n ** 3 - n))))
+    base = d["grid"]["baseline"]
+    print("\nPer-seed difference to %s (same seed, same data order):\n" % base)
+    print("| variant | " + " | ".join("seed %d" % s for s in done_seeds) + " |")
+    print("|---|" + "---:|" * len(done_seeds))
+    for v in order:
+        if v == base:
+            continue
+        print("| %s | %s |" % (v, " | ".join("%+.4f" % (runs[(v, s)]["val_loss"] - runs[(base, s)]["val_loss"]) for s in done_seeds)))
+
+    print("\n## Pairs (the same statistics as results.md, for pairs other than against the baseline)\n")
+    print("| variant − other | Δ (Welch) | 95% interval | p | paired Δ | paired 95% interval | paired p |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for v, w in PAIRS:
+        if v not in order or w not in order:
+            continue
+        a = [runs[(v, s)]["val_loss"] for s in done_seeds]
+        b = [runs[(w, s)]["val_loss"] for s in done_seeds]
+        if len(a) < 2:
+            continue
+        dw, pw, lw, hw = welch(a, b)
+        dp, pp, lp, hp = paired(a, b)
+        print("| %s − %s | %+.4f | [%+.4f, %+.4f] | %.3f | %+.4f | [%+.4f, %+.4f] | %.3f |" % (v, w, dw, lw, hw, pw, dp, lp, hp, pp))
 
     print("\n## Periodic validation loss, mean ± sd over seeds\n")
     steps = None
