@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/bandwidth.h"
 #include "core/peak.h"
 #include "core/rng.h"
 #include "data/shard.h"
@@ -189,6 +190,39 @@ TEST(Train, ModelFlopsCountTheCausalHalfOfAttention) {
   const double n_matmul = L * 12 * d * d + V * d;
   EXPECT_DOUBLE_EQ(training_flops_per_token(model, 128), 6 * n_matmul + 6 * L * d * 129);
   EXPECT_DOUBLE_EQ(training_flops_per_token(model, 1), 6 * n_matmul + 12 * L * d);  // one pair per token
+}
+
+TEST(Train, DecodeBytesCountEveryWeightOnceAndTheCache) {
+  // The decode bound's numerator: all parameters (the tied embedding is read whole, as the output
+  // projection) plus K and V of every layer at the context length; of a learned position table only
+  // one row is read.
+  const Config cfg = resolve_config(parse_config_text(
+      "model.n_layer = 2\nmodel.d_model = 64\nmodel.n_head = 4\nmodel.kv_heads = 2\nmodel.seq_len = 128\nmodel.vocab_size = 300\n",
+      "test"));
+  GPT<float> model(cfg);
+  const auto db = model.decode_bytes(100);
+  EXPECT_DOUBLE_EQ(db.weights, 4.0 * model.num_params());
+  EXPECT_DOUBLE_EQ(db.kv_cache, 4.0 * 2 /*K, V*/ * 2 /*layers*/ * 2 /*kv heads*/ * 16 /*head dim*/ * 100);
+  Config learned = cfg;
+  learned.attn.pos = "learned";
+  GPT<float> lm(learned);
+  EXPECT_DOUBLE_EQ(lm.decode_bytes(0).weights, 4.0 * (lm.num_params() - 128 * 64 + 64));
+}
+
+TEST(Train, ReadBandwidthIsMeasuredOrOverridden) {
+  // The decode bound's denominator: positive, for the working set asked (at least 64 KiB), or
+  // ATTNLAB_READ_GBPS when set. No bound on its value (machines differ).
+  const ReadBandwidth a = read_bandwidth(1 << 20, 2);
+  EXPECT_GT(a.gb_per_s, 0);
+  EXPECT_EQ(a.bytes, size_t(1) << 20);
+  EXPECT_EQ(a.threads, 2);
+  EXPECT_STREQ(a.source, "measured");
+  EXPECT_EQ(read_bandwidth(10, 1).bytes, size_t(64) << 10);
+  ::setenv("ATTNLAB_READ_GBPS", "42", 1);
+  const ReadBandwidth c = read_bandwidth(1 << 20, 2);
+  ::unsetenv("ATTNLAB_READ_GBPS");
+  EXPECT_EQ(c.gb_per_s, 42);
+  EXPECT_STREQ(c.source, "ATTNLAB_READ_GBPS");
 }
 
 TEST(Train, PeakFlopsIsMeasuredOnceOrOverridden) {

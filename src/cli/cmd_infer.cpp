@@ -6,8 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include <omp.h>
+
 #include "cli/common.h"
 #include "cli/plots.h"
+#include "core/bandwidth.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -212,6 +215,20 @@ void run_sample(const SampleArgs& a) {
       std::fprintf(stderr, "; decode: %d tokens in %.1f ms (%.0f tokens/s, %.2f ms/token)", n - 1, decode_s * 1e3,
                    (n - 1) / std::max(decode_s, 1e-9), decode_s * 1e3 / (n - 1));
     std::fprintf(stderr, "\n");
+    if (n > 1) {
+      // The bandwidth bound: the bytes one decode step must read (weights and the cache at the mean
+      // context of the decoded tokens) at the machine's read rate for a working set of that size.
+      const double mean_context = prompt_len + (n - 1) / 2.0;
+      const auto db = model->decode_bytes(mean_context);
+      const double bytes = db.weights + db.kv_cache;
+      const ReadBandwidth bw = read_bandwidth((size_t)bytes, omp_get_max_threads());
+      const double bound_ms = bytes / (bw.gb_per_s * 1e9) * 1e3, ms = decode_s * 1e3 / (n - 1);
+      std::fprintf(stderr,
+                   "decode bound: %.2f MB read per token (weights %.2f, KV cache %.2f at mean context %.0f) at %.1f GB/s "
+                   "(%s, %d threads, %.1f MB working set) = %.3f ms/token; decode ran at %.0f%% of it\n",
+                   bytes / 1e6, db.weights / 1e6, db.kv_cache / 1e6, mean_context, bw.gb_per_s, bw.source, bw.threads,
+                   bw.bytes / 1e6, bound_ms, 100.0 * bound_ms / ms);
+    }
   }
 }
 

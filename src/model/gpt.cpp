@@ -180,6 +180,16 @@ size_t GPT<T>::num_params() const {
 }
 
 template <class T>
+typename GPT<T>::DecodeBytes GPT<T>::decode_bytes(double context) const {
+  const ModelConfig& m = cfg_.model;
+  size_t n = num_params();
+  if (const ParamSpec* wpe = reg_.find("wpe")) n -= wpe->numel - (size_t)m.d_model;
+  // The cache layout of plan_inference: keys and values of kv_heads·head_dim per position and layer.
+  const double kv = 2.0 * m.n_layer * (double)m.kv_heads * m.head_dim() * sizeof(T);
+  return {double(n) * sizeof(T), kv * context};
+}
+
+template <class T>
 T* GPT<T>::param(const std::string& name) const {
   const ParamSpec* s = reg_.find(name);
   if (!s) fail("model has no parameter named '", name, "'");

@@ -89,6 +89,12 @@ class GPT {
   // long sequence in chunks needs only the cache (linear in its length) and one chunk's activations
   // (long-context evaluation, docs/long-context.md). Returns the sum of the valid losses.
   double forward_cached_loss(const int32_t* tokens, const int32_t* targets, int Tq, T* losses, int32_t* argmax = nullptr);
+  // Bytes a decoder must read from memory for one new token of one sequence at a cache length of
+  // `context` positions: every parameter once (the tied embedding is read whole, as the output
+  // projection; of a learned position table only the one row), plus the keys and values of all
+  // layers at `context` positions. The numerator of the decode bound (`attnlab sample`).
+  struct DecodeBytes { double weights = 0, kv_cache = 0; };
+  DecodeBytes decode_bytes(double context) const;
   // Bytes planned for inference: the KV cache plus the inference workspace (activations of one chunk).
   size_t inference_bytes() const { return cache_buf_.bytes() + inf_arena_.planned(); }
 
