@@ -83,6 +83,19 @@ double t_quantile(double p, double df) {
   return 0.5 * (lo + hi);
 }
 
+namespace {
+// The common end of both t-tests, given diff, se > 0 and df: t, the two-sided p and the interval.
+template <class R>
+void finish_t_test(R& r, double alpha) {
+  r.t = r.diff / r.se;
+  r.p = incomplete_beta(r.df / 2, 0.5, r.df / (r.df + r.t * r.t));
+  const double q = t_quantile(1 - alpha / 2, r.df);
+  r.lo = r.diff - q * r.se;
+  r.hi = r.diff + q * r.se;
+  r.valid = true;
+}
+}  // namespace
+
 Welch welch(const std::vector<double>& a, const std::vector<double>& b, double alpha) {
   Welch w;
   w.diff = mean(a) - mean(b);
@@ -92,12 +105,7 @@ Welch welch(const std::vector<double>& a, const std::vector<double>& b, double a
   w.se = std::sqrt(va + vb);
   if (!(w.se > 0)) return w;
   w.df = (va + vb) * (va + vb) / (va * va / double(a.size() - 1) + vb * vb / double(b.size() - 1));
-  w.t = w.diff / w.se;
-  w.p = incomplete_beta(w.df / 2, 0.5, w.df / (w.df + w.t * w.t));
-  const double q = t_quantile(1 - alpha / 2, w.df);
-  w.lo = w.diff - q * w.se;
-  w.hi = w.diff + q * w.se;
-  w.valid = true;
+  finish_t_test(w, alpha);
   return w;
 }
 
@@ -113,12 +121,7 @@ Paired paired(const std::vector<double>& a, const std::vector<double>& b, double
   r.se = r.sd / std::sqrt(double(r.n));
   if (!(r.se > 0)) return r;
   r.df = r.n - 1;
-  r.t = r.diff / r.se;
-  r.p = incomplete_beta(r.df / 2, 0.5, r.df / (r.df + r.t * r.t));
-  const double q = t_quantile(1 - alpha / 2, r.df);
-  r.lo = r.diff - q * r.se;
-  r.hi = r.diff + q * r.se;
-  r.valid = true;
+  finish_t_test(r, alpha);
   return r;
 }
 
