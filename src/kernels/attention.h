@@ -790,6 +790,87 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
   }
 }
 
+// One decoding step's attention for head h of batch b: a single query row (s.Tq == 1) against the
+// keys 0..pos_offset. The tiled task above would pack 16-row tiles for it and copy every value row;
+// here each key costs one dot product over Dh and one scaled add of its value, in blocks of
+// kDecodeBlock keys: the block's scores, their max, the rescale of the running sum and output (the
+// online softmax of the tiles, one row wide), then Σ p_j·v_j. Same extras, same epilogue.
+inline constexpr int kDecodeBlock = 128;
+
+template <class T>
+void attention_decode_task(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
+                           const AttentionShape& s, const AttentionExtras<T>& x, int b, int h) {
+  using S = Simd<T>;
+  constexpr int W = S::W;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  const int Dh = s.Dh, kappa = h / (s.H / s.Hkv), pos = s.pos_offset, n_keys = pos + 1;
+  const T* kb = k + b * s.kv_batch_stride + kappa * Dh;
+  const T* vb = v + b * s.kv_batch_stride + kappa * Dh;
+  alignas(64) T qs[kAttentionMaxHeadDim];  // scale·q
+  alignas(64) T o[kAttentionMaxHeadDim];   // unnormalized output
+  alignas(64) T p[kDecodeBlock];           // the block's scores, then probabilities
+  const T* qrow = q + b * s.q_batch_stride + h * Dh;
+  for (int d = 0; d < Dh; ++d) qs[d] = scale * qrow[d], o[d] = T(0);
+  // The sink opens the softmax as a key of logit s_h (+ slope·t) and zero value (§1.3).
+  T m = sink ? sink[h] + (x.sink_slope ? x.sink_slope[h] * T(pos) : T(0)) : -kInf;
+  T l = sink ? T(1) : T(0);
+  const T slope = x.alibi_slopes ? x.alibi_slopes[h] : T(0);
+  for (int j0 = 0; j0 < n_keys; j0 += kDecodeBlock) {
+    const int bc = std::min(kDecodeBlock, n_keys - j0);
+    T block_max = -kInf;
+    for (int c = 0; c < bc; ++c) {
+      const int j = j0 + c;
+      T sc = dot(qs, kb + long(j) * s.kv_stride, Dh);
+      if (x.alibi_slopes) sc -= slope * T(pos - j);  // §1.2
+      p[c] = sc;
+      block_max = std::max(block_max, sc);
+    }
+    const T m_new = std::max(m, block_max);
+    // exp(m − m_new) rescales what came before (0 on the first block without a sink).
+    alignas(64) T lanes[W];
+    S::store(lanes, S::exp(S::set1(m - m_new)));
+    const T alpha = lanes[0];
+    // Lanes past the block's last key score −inf: their exp is exactly 0.
+    const int padded = (bc + W - 1) / W * W;
+    for (int c = bc; c < padded; ++c) p[c] = -kInf;
+    typename S::V sum = S::zero();
+    const typename S::V mv = S::set1(m_new);
+    for (int c = 0; c < padded; c += W) {
+      const auto e = S::exp(S::sub(S::load(p + c), mv));
+      S::store(p + c, e);
+      sum = S::add(sum, e);
+    }
+    l = l * alpha + S::reduce_add(sum);
+    m = m_new;
+    if (alpha != T(1))
+      for (int d = 0; d < Dh; ++d) o[d] *= alpha;
+    for (int cc = 0; cc < bc; ++cc) {
+      const T* vj = vb + long(j0 + cc) * s.kv_stride;
+      const typename S::V pv = S::set1(p[cc]);
+      int d = 0;
+      for (; d + W <= Dh; d += W) S::store(o + d, S::fmadd(pv, S::load(vj + d), S::load(o + d)));
+      if (d < Dh) {
+        const auto mask = S::tail_mask(Dh - d);
+        S::store(o + d, S::fmadd(pv, S::load(vj + d, mask), S::load(o + d, mask)), mask);
+      }
+    }
+  }
+  // The epilogue of attention_forward_task for its one row.
+  T* dst = out + long(b) * s.out_stride + h * Dh;
+  const T inv = T(1) / l;
+  if (x.xsa_gamma) {
+    for (int d = 0; d < Dh; ++d) o[d] *= inv;
+    const T* vi = vb + long(pos) * s.kv_stride;
+    const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps)), cy = dot(o, vi, Dh) / n;
+    const T coef = x.xsa_gamma[h] * cy / n;
+    for (int d = 0; d < Dh; ++d) dst[d] = o[d] - coef * vi[d];
+    x.xsa_c[long(b) * s.H + h] = cy;
+  } else {
+    for (int d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
+  }
+  lse[long(b) * s.H + h] = m + std::log(l);
+}
+
 // One backward task: batch b, KV head kappa, with its G query heads, over the queries [qa, qb) (see
 // the file comment). It writes dQ of those rows, and the dK, dV its queries give to the keys
 // [0, key_end) at dk_out + j·out_stride, dv_out + j·out_stride (key_end = Tk for a task over every
@@ -1012,6 +1093,12 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
   check_attention_shape(s, "attention_forward");
   check_attention_extras(x, sink, "attention_forward");
   constexpr int TILE = detail::kTile<T>;
+  if (s.Tq == 1) {  // a decoding step: one row per head (attention_decode_task)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
+    for (long task = 0; task < long(s.B) * s.H; ++task)
+      detail::attention_decode_task(out, lse, q, k, v, sink, scale, s, x, int(task / s.H), int(task % s.H));
+    return;
+  }
   const int n_query_tiles = (s.Tq + TILE - 1) / TILE;
   const long n_heads = long(s.B) * s.H, n_tasks = n_heads * n_query_tiles;
 #pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))

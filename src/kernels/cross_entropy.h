@@ -212,9 +212,34 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
 }
 
 // Logits for a few rows (sampling, `attnlab forward`): logits (N,V) = x (N,C) · wteᵀ; wte (V,C).
+// Up to four rows (decoding) read wte once, threads splitting its rows, four rows of wte at a time
+// (four independent sums per query row); more rows are one GEMM.
 template <class T>
 void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
-  gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
+  if (N > 4) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
+  const int groups = (V + 3) / 4;
+#pragma omp parallel for schedule(static) if ((size_t)V * C >= 65536)
+  for (int g = 0; g < groups; ++g) {
+    const int v0 = 4 * g, nv = std::min(4, V - v0);
+    const T* w0 = wte + (size_t)v0 * C;
+    const T* w1 = nv > 1 ? w0 + C : w0;
+    const T* w2 = nv > 2 ? w0 + 2 * C : w0;
+    const T* w3 = nv > 3 ? w0 + 3 * C : w0;
+    for (int n = 0; n < N; ++n) {
+      const T* xr = x + (size_t)n * C;
+      T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+      for (int c = 0; c < C; ++c) {
+        s0 += xr[c] * w0[c];
+        s1 += xr[c] * w1[c];
+        s2 += xr[c] * w2[c];
+        s3 += xr[c] * w3[c];
+      }
+      T* out = logits + (size_t)n * V + v0;
+      const T s[4] = {s0, s1, s2, s3};
+      for (int k = 0; k < nv; ++k) out[k] = s[k];
+    }
+  }
 }
 
 // Naive reference (test oracle; allocates): full logits and log-softmax in double, straight loops.

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/parallel.h"
+
 namespace attnlab::kernels {
 
 // ---------------------------------------------------------------------------------------------
@@ -24,7 +26,7 @@ template <class Real>
 void embedding_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe, int B, int T, int C,
                        int pos_offset) {
   const int N = B * T;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     Real* o = out + (size_t)i * C;
     const Real* e = wte + (size_t)tokens[i] * C;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/parallel.h"
 
 namespace attnlab::kernels {
 
@@ -126,7 +127,7 @@ void goat_pack_forward(T* qkv, T* sink_slope, T* u, const T* qkvc, const GoatPar
   ATTNLAB_CHECK(Hkv <= 256, "goat_pack_forward: more than 256 KV heads");
   for (int kv = 0; kv < Hkv; ++kv) sp[kv] = g.key_bias ? T(goat_softplus(double(p.rho[kv]))) : T(0);
   for (int h = 0; h < H; ++h) sink_slope[h] = sp[h / G];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(B) * Tq * g.packed_dim() >= kParallelMinElements)
   for (long row = 0; row < long(B) * Tq; ++row) {
     const int t = pos_offset + int(row % Tq);
     const T* C = &tab.cos[size_t(t) * R];

@@ -17,8 +17,91 @@ namespace attnlab::kernels {
 // Forward. out (N,OC) = inp (N,C) · weight (C,OC) + bias (OC); bias may be nullptr.
 // With a bias, the rows of out are first set to b and the product is added on top (gemm beta = 1,
 // oneDNN's sum post-op): one write-only pass instead of a read-modify-write pass after the product.
+namespace detail {
+// Decoding multiplies one row per sequence by each weight matrix: the product is a read of W with
+// little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. oneDNN's matmul at M = 1 read
+// W at about half the rate a plain streaming loop reaches (docs/performance.md, Decode). This path
+// reads W exactly once, front to back: each thread takes a contiguous band of W's rows (its share
+// of the C inputs), adds x_c·W[c, :] four rows at a time into accumulators in L1 (a pass of
+// few_pass<NR>() columns), and the threads' partial sums are added at the end. Up to kFewRows rows
+// of x share each read of W.
+constexpr int kFewRows = 4;
+constexpr int kFewMaxThreads = 64;
+template <int NR>
+constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB of float
+
+// acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). Four rows of W per step:
+// acc += (x0·w0 + x1·w1) + (x2·w2 + x3·w3).
+template <class Real, int NR>
+void few_rows_band(Real* acc, const Real* inp, const Real* weight, int C, int OC, int c0, int c1, int j0, int width) {
+  constexpr int P = few_pass<NR>();
+  int c = c0;
+  for (; c + 4 <= c1; c += 4) {
+    const Real* w0 = weight + (size_t)c * OC + j0;
+    const Real *w1 = w0 + OC, *w2 = w1 + OC, *w3 = w2 + OC;
+    for (int n = 0; n < NR; ++n) {
+      const Real* x = inp + (size_t)n * C + c;
+      const Real x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+      Real* a = acc + n * P;
+#pragma omp simd
+      for (int j = 0; j < width; ++j) a[j] += (x0 * w0[j] + x1 * w1[j]) + (x2 * w2[j] + x3 * w3[j]);
+    }
+  }
+  for (; c < c1; ++c) {
+    const Real* w = weight + (size_t)c * OC + j0;
+    for (int n = 0; n < NR; ++n) {
+      const Real xc = inp[(size_t)n * C + c];
+      Real* a = acc + n * P;
+#pragma omp simd
+      for (int j = 0; j < width; ++j) a[j] += xc * w[j];
+    }
+  }
+}
+
+template <class Real, int NR>
+void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int C, int OC) {
+  constexpr int P = few_pass<NR>();
+  // Threads only when there is enough of W to read: below 64k elements a fork/join costs more.
+  const int threads = (size_t)C * OC >= 65536 ? std::min(omp_get_max_threads(), kFewMaxThreads) : 1;
+  Real* partial[kFewMaxThreads];  // each thread's accumulators (on its own stack), shared for the sum
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    // Bands of whole groups of four rows, as equal as possible.
+    const int groups = (C + 3) / 4, g0 = int((long)groups * t / nt), g1 = int((long)groups * (t + 1) / nt);
+    const int c0 = std::min(C, 4 * g0), c1 = std::min(C, 4 * g1);
+    alignas(64) Real acc[NR * P];
+    partial[t] = acc;
+    for (int j0 = 0; j0 < OC; j0 += P) {
+      const int width = std::min(P, OC - j0);
+      for (int n = 0; n < NR; ++n) std::fill(acc + n * P, acc + n * P + width, Real(0));
+      few_rows_band<Real, NR>(acc, inp, weight, C, OC, c0, c1, j0, width);
+#pragma omp barrier
+      // out = bias + the bands' sums in thread order; each thread writes a slice of the columns.
+      const int s0 = int((long)width * t / nt), s1 = int((long)width * (t + 1) / nt);
+      for (int n = 0; n < NR; ++n)
+        for (int j = s0; j < s1; ++j) {
+          Real v = bias ? bias[j0 + j] : Real(0);
+          for (int u = 0; u < nt; ++u) v += partial[u][n * P + j];
+          out[(size_t)n * OC + j0 + j] = v;
+        }
+#pragma omp barrier
+    }
+  }
+}
+}  // namespace detail
+
+// For N <= detail::kFewRows (decoding, short prompts) the product streams W once through the few-rows
+// path above; otherwise it is one GEMM.
 template <class Real>
 void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int C, int OC) {
+  switch (N) {
+    case 1: return detail::few_rows_forward<Real, 1>(out, inp, weight, bias, C, OC);
+    case 2: return detail::few_rows_forward<Real, 2>(out, inp, weight, bias, C, OC);
+    case 3: return detail::few_rows_forward<Real, 3>(out, inp, weight, bias, C, OC);
+    case 4: return detail::few_rows_forward<Real, 4>(out, inp, weight, bias, C, OC);
+    default: break;
+  }
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) std::copy(bias, bias + OC, out + (size_t)i * OC);

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "kernels/math.h"
+#include "kernels/parallel.h"
 
 namespace attnlab::kernels {
 
@@ -60,7 +61,7 @@ inline constexpr double kGeluA = 0.044715;            // §1.1 (and 3·0.044715 
 template <class Real>
 void gelu_forward(Real* out, const Real* inp, size_t n) {
   const Real two_c = Real(2 * kGeluC), a = Real(kGeluA);
-#pragma omp parallel for simd schedule(static) if (n >= 16384)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (size_t i = 0; i < n; ++i) {
     const Real h = inp[i];
     out[i] = h / (Real(1) + exp_fast(-two_c * (h + a * h * h * h)));
@@ -71,7 +72,7 @@ void gelu_forward(Real* out, const Real* inp, size_t n) {
 template <class Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, size_t n) {
   const Real c = Real(kGeluC), two_c = Real(2 * kGeluC), a = Real(kGeluA), a3 = Real(3 * kGeluA);
-#pragma omp parallel for simd schedule(static) if (n >= 16384)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
   for (size_t i = 0; i < n; ++i) {
     const Real h = inp[i];
     const Real e = exp_fast(-two_c * (h + a * h * h * h));
@@ -86,7 +87,7 @@ void gelu_backward(Real* dinp, const Real* dout, const Real* inp, size_t n) {
 // concatenated [W_g | W_u] produces it); out (N,Hd) = SiLU(p)∘q, SiLU(p) = p·σ(p).
 template <class Real>
 void swiglu_forward(Real* out, const Real* gate_up, int N, int Hd) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * Hd >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     const Real* p = gate_up + (size_t)i * 2 * Hd;
     const Real* q = p + Hd;

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "kernels/parallel.h"
+
 namespace attnlab::kernels {
 
 inline constexpr double kLayerNormEps = 1e-5;  // §1.1 table
@@ -40,7 +42,7 @@ template <class Real>
 void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight, const Real* bias,
                        int N, int C) {
   const double eps = kLayerNormEps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     const Real* x = inp + (size_t)i * C;
     Real* y = out + (size_t)i * C;
@@ -131,7 +133,7 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
 template <class Real>
 void rmsnorm_forward(Real* out, Real* rstd, const Real* inp, const Real* weight, int N, int C) {
   const double eps = kRmsNormEps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     const Real* x = inp + (size_t)i * C;
     Real* y = out + (size_t)i * C;

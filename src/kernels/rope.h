@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/parallel.h"
 
 namespace attnlab::kernels {
 
@@ -65,7 +66,7 @@ void rope_rotate(Real* x, const RopeTable<Real>& tab, int B, int T, int n_heads,
                  int pos_offset, Real sign) {
   rope_check(tab, T, head_dim, pos_offset);
   const int half = tab.half;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * n_heads * head_dim >= kParallelMinElements)
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
       const Real* cs = tab.cos.data() + (size_t)(pos_offset + t) * half;

@@ -359,7 +359,7 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       const int kvC = Hkv * Dh;
       T* kc = k_cache_[l];
       T* vc = v_cache_[l];
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if ((size_t)B * Tq * kvC >= kernels::kParallelMinElements)
       for (int b = 0; b < B; ++b)
         for (int t = 0; t < Tq; ++t) {
           const T* row = a.qkv + ((size_t)b * Tq + t) * qkvC;

@@ -88,6 +88,26 @@ else
 fi
 "$BIN" train --resume "$WORK/int/model.safetensors" --stop-after 1 --quiet >/dev/null 2>&1 && ok "resume after SIGINT" || bad "resume after SIGINT"
 
+# SIGTERM stops the same way; a second signal ends the process at once (default action). A larger
+# model (steps of a few hundred ms, a 60 MB checkpoint) keeps the run alive between the two signals.
+big=(--set model.d_model=256 --set model.n_layer=4 --set model.seq_len=128 --set train.batch_size=16)
+"$BIN" train "${common[@]}" "${big[@]}" --set "train.out_dir=\"$WORK/term\"" --set train.steps=100000 --set train.warmup=1 >"$WORK/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do [ -s "$WORK/term/metrics.jsonl" ] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+check "SIGTERM writes a checkpoint and exits cleanly" '[ $rc -eq 0 ] && grep -q "interrupted (signal 15)" "$WORK/term.log" && [ -f "$WORK/term/model.safetensors" ]'
+"$BIN" train "${common[@]}" "${big[@]}" --set "train.out_dir=\"$WORK/int2\"" --set train.steps=100000 --set train.warmup=1 >"$WORK/int2.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do [ -s "$WORK/int2/metrics.jsonl" ] && break; sleep 0.1; done
+kill -INT $pid
+sleep 0.05
+kill -INT $pid
+wait $pid
+rc=$?
+check "a second SIGINT ends the run at once (killed by SIGINT, no 'done')" '[ $rc -eq 130 ] && ! grep -q "^done:" "$WORK/int2.log"'
+
 # bad input: clear errors that name the culprit
 expect_error "missing config file" "nope.toml" "$BIN" train --config "$WORK/nope.toml"
 printf 'model.n_layers = 3\n' >"$WORK/bad.toml"

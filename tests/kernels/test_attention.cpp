@@ -13,6 +13,7 @@
 // - the backward's split over query chunks (few (b, kv head) pairs, a scratch from the caller): the
 //   chunk cuts, every mechanism above against the naive reference and finite differences (also
 //   with pos_offset), and the same bits run to run and for one thread or two.
+// - a decoding step (Tq = 1, the one-row kernel) with every extra against the naive reference.
 #include "kernels/attention.h"
 
 #include <omp.h>
@@ -522,6 +523,44 @@ TEST(Attention, KvCacheChunkMatchesNaive) {
   // The backward's query chunks with pos_offset > 0 (B·Hkv = 2 pairs: up to 4 chunks).
   expect_kv_chunk_matches_naive(70, 150, 75, true);
   expect_kv_chunk_matches_naive(150, 190, 33, true);
+}
+
+// A decoding step (Tq = 1: attention_decode_task) against the naive reference with every extra the
+// model can pass: GQA, a sink with GOAT's slope, ALiBi, XSA (gated: γ ≠ 1), an odd head size (vector
+// tails), and positions on both sides of the kernel's 128-key blocks. Same tolerance argument as
+// expect_fast_matches_naive_float (dot products of Dh terms, sums over the keys, exp within 2 ulp).
+TEST(Attention, DecodeStepMatchesNaive) {
+  const int B = 2, H = 4, Hkv = 2, capacity = 400;
+  for (int Dh : {40, 64})
+    for (int off : {0, 1, 127, 128, 129, 300})
+      for (int extras = 0; extras < 5; ++extras) {
+        SCOPED_TRACE(testing::Message() << "Dh=" << Dh << " pos_offset=" << off << " extras=" << extras);
+        const int kv_stride = 2 * Hkv * Dh;
+        AttentionShape s{B, 1, off + 1, H, Hkv, Dh, H * Dh, long(H) * Dh, kv_stride, long(capacity) * kv_stride, H * Dh, off};
+        const auto q = random_vec<float>(size_t(B) * H * Dh, 21 + off);
+        const auto cache = random_vec<float>(size_t(B) * capacity * kv_stride, 22 + Dh);
+        const auto sink = random_vec<float>(H, 23);
+        const std::vector<float> alibi = {0.5f, 0.25f, 0.125f, 0.0625f}, slope = {0.01f, -0.02f, 0.003f, 0.f},
+                                 gamma = {1.f, 0.5f, -0.3f, 0.9f};
+        const bool with_sink = extras == 1 || extras == 4, with_alibi = extras == 2 || extras == 4,
+                   with_xsa = extras == 3 || extras == 4;
+        Result<float> r[2];
+        std::vector<float> xsa_c[2];
+        for (int i = 0; i < 2; ++i) {
+          AttentionExtras<float> x;
+          if (with_alibi) x.alibi_slopes = alibi.data();
+          if (with_sink) x.sink_slope = slope.data();
+          xsa_c[i].assign(size_t(B) * H, 0.f);
+          if (with_xsa) x.xsa_gamma = gamma.data(), x.xsa_c = xsa_c[i].data();
+          r[i].out.assign(size_t(B) * H * Dh, 0.f);
+          r[i].lse.assign(size_t(B) * H, 0.f);
+          forward(i == 0 ? Impl::Fast : Impl::Naive, r[i].out.data(), r[i].lse.data(), q.data(), cache.data(),
+                  cache.data() + Hkv * Dh, with_sink ? sink.data() : nullptr, 0.125f, s, x);
+        }
+        EXPECT_LT(max_rel_diff(r[0].out, r[1].out), 5e-6);
+        EXPECT_LT(max_rel_diff(r[0].lse, r[1].lse), 5e-6);
+        EXPECT_LT(max_rel_diff(xsa_c[0], xsa_c[1]), 5e-6);
+      }
 }
 
 // ----- invariants (§1.5) ----------------------------------------------------------------------

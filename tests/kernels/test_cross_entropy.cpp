@@ -219,6 +219,32 @@ TEST(CrossEntropy, LogitsMatchNaive) {
   EXPECT_LT(test::max_rel_diff(logits, ref), 5e-6);  // measured 2e-7 (K = 40)
 }
 
+// The few-rows logits (N <= 4, four vocabulary rows at a time) and the GEMM (N = 5), every element
+// within the float summation bound γ_C·Σ|x_c·w_c| (γ_n = nε/(1 − nε), ε = 2⁻²⁴) of the exact dot
+// product; V covers every tail of the four-row groups and V·C >= 65536 the threaded split.
+TEST(CrossEntropy, FewRowLogitsWithinTheSummationBound) {
+  for (int N : {1, 2, 3, 4, 5})
+    for (auto [C, V] : {std::pair{40, 1}, {40, 2}, {40, 3}, {33, 7}, {256, 301}}) {
+      auto x = test::random_vec<float>((size_t)N * C, 50 + N);
+      auto wte = test::random_vec<float>((size_t)V * C, 60 + V);
+      std::vector<float> logits((size_t)N * V, 7.0f);
+      lm_head_logits(logits.data(), x.data(), wte.data(), N, C, V);
+      const double eps = 0x1p-24, gamma = C * eps / (1 - C * eps);
+      double worst = 0;
+      for (int i = 0; i < N; ++i)
+        for (int v = 0; v < V; ++v) {
+          double exact = 0, mag = 0;
+          for (int c = 0; c < C; ++c) {
+            const double t = double(x[(size_t)i * C + c]) * wte[(size_t)v * C + c];
+            exact += t;
+            mag += std::abs(t);
+          }
+          worst = std::max(worst, std::abs(logits[(size_t)i * V + v] - exact) / (gamma * mag));
+        }
+      EXPECT_LE(worst, 1.0) << "N=" << N << " C=" << C << " V=" << V;
+    }
+}
+
 // A target outside the vocabulary is a data/config mismatch: an attnlab::Error, not a crash.
 TEST(CrossEntropy, TargetOutOfVocabularyFails) {
   const int N = 4, C = 4, V = 10;

@@ -1,6 +1,8 @@
 // Linear layer (src/kernels/linear.h; matrices stored [in, out], docs/mechanisms.md §0): the GEMM-based
 // kernels against the plain-loop references in float, and every gradient against central finite
 // differences in double with the loss L = Σ w∘out.
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -39,6 +41,37 @@ TEST(Linear, MatchesNaiveFloat) {
     EXPECT_LT(test::max_rel_diff(dW, dW_ref), 1e-5);
     EXPECT_LT(test::max_rel_diff(db, db_ref), 1e-5);
   }
+}
+
+// The few-rows path (N <= 4: decoding streams W once) and the GEMM path (N = 5) against double
+// sums, element by element within the bound of any float summation order: a sum of n terms
+// computed in float differs from the exact sum by at most γ_n·Σ|term|, γ_n = nε/(1 − nε), ε = 2⁻²⁴
+// (n = C products plus the bias). Column counts cover every tail of the 64/32/16-column blocks, and
+// C·OC >= 65536 the threaded split.
+TEST(Linear, FewRowsWithinTheSummationBound) {
+  for (int N : {1, 2, 3, 4, 5})
+    for (auto [C, OC] : {std::pair{37, 1}, {37, 15}, {37, 64}, {19, 67}, {23, 130}, {300, 250}}) {
+      auto x = test::random_vec<float>((size_t)N * C, 20 + N);
+      auto W = test::random_vec<float>((size_t)C * OC, 30 + C);
+      auto b = test::random_vec<float>(OC, 40 + OC);
+      for (bool with_bias : {true, false}) {
+        std::vector<float> out((size_t)N * OC, 7.0f);
+        linear_forward(out.data(), x.data(), W.data(), with_bias ? b.data() : nullptr, N, C, OC);
+        const double eps = 0x1p-24, n = C + 1, gamma = n * eps / (1 - n * eps);
+        double worst = 0;  // the largest error as a fraction of its bound
+        for (int i = 0; i < N; ++i)
+          for (int o = 0; o < OC; ++o) {
+            double exact = with_bias ? b[o] : 0.0, mag = std::abs(exact);
+            for (int c = 0; c < C; ++c) {
+              const double t = double(x[(size_t)i * C + c]) * W[(size_t)c * OC + o];
+              exact += t;
+              mag += std::abs(t);
+            }
+            worst = std::max(worst, std::abs(out[(size_t)i * OC + o] - exact) / (gamma * mag));
+          }
+        EXPECT_LE(worst, 1.0) << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias;
+      }
+    }
 }
 
 // dinp == nullptr skips the input gradient but still accumulates dweight.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/parallel.h"
 #include "model/residual/residual.h"
 
 namespace attnlab {
@@ -14,7 +15,7 @@ namespace {
 
 template <class T>
 void add_inplace(T* y, const T* x, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kernels::kParallelMinElements)
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
