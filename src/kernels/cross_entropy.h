@@ -212,32 +212,38 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
 }
 
 // Logits for a few rows (sampling, `attnlab forward`): logits (N,V) = x (N,C) · wteᵀ; wte (V,C).
-// Up to four rows (decoding) read wte once, threads splitting its rows, four rows of wte at a time
-// (four independent sums per query row); more rows are one GEMM.
+// Up to four rows (decoding) read wte once, threads splitting its rows, eight rows of wte at a time:
+// eight independent sums per query row and eight sequential streams in flight (a one-row-at-a-time
+// loop read wte at a third of the rate here, docs/performance.md, Decode). More rows: one GEMM.
 template <class T>
 void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
   if (N > 4) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
-  const int groups = (V + 3) / 4;
+  const int groups = V / 8;
 #pragma omp parallel for schedule(static) if ((size_t)V * C >= 65536)
-  for (int g = 0; g < groups; ++g) {
-    const int v0 = 4 * g, nv = std::min(4, V - v0);
-    const T* w0 = wte + (size_t)v0 * C;
-    const T* w1 = nv > 1 ? w0 + C : w0;
-    const T* w2 = nv > 2 ? w0 + 2 * C : w0;
-    const T* w3 = nv > 3 ? w0 + 3 * C : w0;
+  for (int g = 0; g <= groups; ++g) {
+    const int v0 = 8 * g;
+    const T* w = wte + (size_t)v0 * C;
     for (int n = 0; n < N; ++n) {
       const T* xr = x + (size_t)n * C;
-      T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-      for (int c = 0; c < C; ++c) {
-        s0 += xr[c] * w0[c];
-        s1 += xr[c] * w1[c];
-        s2 += xr[c] * w2[c];
-        s3 += xr[c] * w3[c];
-      }
       T* out = logits + (size_t)n * V + v0;
-      const T s[4] = {s0, s1, s2, s3};
-      for (int k = 0; k < nv; ++k) out[k] = s[k];
+      if (g == groups) {  // the last V mod 8 rows, one at a time
+        for (int r = 0; v0 + r < V; ++r) {
+          const T* wr = w + (size_t)r * C;
+          T s = 0;
+#pragma omp simd reduction(+ : s)
+          for (int c = 0; c < C; ++c) s += xr[c] * wr[c];
+          out[r] = s;
+        }
+        continue;
+      }
+      T s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+      for (int c = 0; c < C; ++c) {
+        const T xc = xr[c];
+        s0 += xc * w[c], s1 += xc * w[C + c], s2 += xc * w[2 * C + c], s3 += xc * w[3 * C + c];
+        s4 += xc * w[4 * C + c], s5 += xc * w[5 * C + c], s6 += xc * w[6 * C + c], s7 += xc * w[7 * C + c];
+      }
+      out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3, out[4] = s4, out[5] = s5, out[6] = s6, out[7] = s7;
     }
   }
 }

@@ -22,7 +22,7 @@ namespace detail {
 // little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. oneDNN's matmul at M = 1 read
 // W at about half the rate a plain streaming loop reaches (docs/performance.md, Decode). This path
 // reads W exactly once, front to back: each thread takes a contiguous band of W's rows (its share
-// of the C inputs), adds x_c·W[c, :] four rows at a time into accumulators in L1 (a pass of
+// of the C inputs), adds x_c·W[c, :] eight rows at a time into accumulators in L1 (a pass of
 // few_pass<NR>() columns), and the threads' partial sums are added at the end. Up to kFewRows rows
 // of x share each read of W.
 constexpr int kFewRows = 4;
@@ -30,21 +30,23 @@ constexpr int kFewMaxThreads = 64;
 template <int NR>
 constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB of float
 
-// acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). Four rows of W per step:
-// acc += (x0·w0 + x1·w1) + (x2·w2 + x3·w3).
+// acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). Eight rows of W per step
+// (eight sequential streams in flight: one core reads faster so, docs/performance.md, Decode):
+// acc += ((x0·w0 + x1·w1) + (x2·w2 + x3·w3)) + ((x4·w4 + x5·w5) + (x6·w6 + x7·w7)).
 template <class Real, int NR>
 void few_rows_band(Real* acc, const Real* inp, const Real* weight, int C, int OC, int c0, int c1, int j0, int width) {
   constexpr int P = few_pass<NR>();
   int c = c0;
-  for (; c + 4 <= c1; c += 4) {
+  for (; c + 8 <= c1; c += 8) {
     const Real* w0 = weight + (size_t)c * OC + j0;
-    const Real *w1 = w0 + OC, *w2 = w1 + OC, *w3 = w2 + OC;
+    const Real *w1 = w0 + OC, *w2 = w1 + OC, *w3 = w2 + OC, *w4 = w3 + OC, *w5 = w4 + OC, *w6 = w5 + OC, *w7 = w6 + OC;
     for (int n = 0; n < NR; ++n) {
       const Real* x = inp + (size_t)n * C + c;
-      const Real x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+      const Real x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
       Real* a = acc + n * P;
 #pragma omp simd
-      for (int j = 0; j < width; ++j) a[j] += (x0 * w0[j] + x1 * w1[j]) + (x2 * w2[j] + x3 * w3[j]);
+      for (int j = 0; j < width; ++j)
+        a[j] += ((x0 * w0[j] + x1 * w1[j]) + (x2 * w2[j] + x3 * w3[j])) + ((x4 * w4[j] + x5 * w5[j]) + (x6 * w6[j] + x7 * w7[j]));
     }
   }
   for (; c < c1; ++c) {
@@ -67,9 +69,9 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    // Bands of whole groups of four rows, as equal as possible.
-    const int groups = (C + 3) / 4, g0 = int((long)groups * t / nt), g1 = int((long)groups * (t + 1) / nt);
-    const int c0 = std::min(C, 4 * g0), c1 = std::min(C, 4 * g1);
+    // Bands of whole groups of eight rows, as equal as possible.
+    const int groups = (C + 7) / 8, g0 = int((long)groups * t / nt), g1 = int((long)groups * (t + 1) / nt);
+    const int c0 = std::min(C, 8 * g0), c1 = std::min(C, 8 * g1);
     alignas(64) Real acc[NR * P];
     partial[t] = acc;
     for (int j0 = 0; j0 < OC; j0 += P) {
