@@ -13,8 +13,9 @@ struct ReadBandwidth {
   const char* source = "";  // "measured" or "ATTNLAB_READ_GBPS"
 };
 
-// Streaming reads of one buffer of `bytes` bytes (at least 64 KiB; at most 4 GiB), split evenly over
-// `threads` OpenMP threads, each summing its part with independent vector accumulators: the rate at
+// Streaming reads of one buffer of `bytes` bytes (at least 64 KiB; at most 4 GiB; distinct values on
+// every page), split evenly over `threads` OpenMP threads, each summing its part as 8 side-by-side
+// sequential streams (one core reads faster so than with one stream): the rate at
 // which this machine can re-read a working set of that size again and again, as a decoder re-reads
 // its weights and cache every token. The buffer's size sets which level serves it (a set that fits in
 // the last-level cache reads far faster than one that does not). Best of 15 trials of at least 10 ms

@@ -14,17 +14,16 @@
 namespace attnlab::kernels {
 
 // ---------------------------------------------------------------------------------------------
-// Forward. out (N,OC) = inp (N,C) · weight (C,OC) + bias (OC); bias may be nullptr.
-// With a bias, the rows of out are first set to b and the product is added on top (gemm beta = 1,
-// oneDNN's sum post-op): one write-only pass instead of a read-modify-write pass after the product.
 namespace detail {
 // Decoding multiplies one row per sequence by each weight matrix: the product is a read of W with
-// little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. oneDNN's matmul at M = 1 read
-// W at about half the rate a plain streaming loop reaches (docs/performance.md, Decode). This path
-// reads W exactly once, front to back: each thread takes a contiguous band of W's rows (its share
-// of the C inputs), adds x_c·W[c, :] eight rows at a time into accumulators in L1 (a pass of
-// few_pass<NR>() columns), and the threads' partial sums are added at the end. Up to kFewRows rows
-// of x share each read of W.
+// little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. With this path, the one-row
+// LM head and attention in place of oneDNN's matmul and the tiled kernel, decoding with two threads
+// ran 22–27% faster (docs/performance.md, Decode; equal with one). This path reads W exactly once,
+// front to back: each thread takes
+// a contiguous band of W's rows (its share of the C inputs), adds x_c·W[c, :] eight rows at a time
+// into accumulators in L1 (a pass of few_pass<NR>() columns), and the threads' partial sums are
+// added at the end, in thread order: the same bits for the same thread count (not across counts).
+// Up to kFewRows rows of x share each read of W.
 constexpr int kFewRows = 4;
 constexpr int kFewMaxThreads = 64;
 template <int NR>
@@ -93,6 +92,9 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
 }
 }  // namespace detail
 
+// Forward. out (N,OC) = inp (N,C) · weight (C,OC) + bias (OC); bias may be nullptr.
+// With a bias, the rows of out are first set to b and the product is added on top (gemm beta = 1,
+// oneDNN's sum post-op): one write-only pass instead of a read-modify-write pass after the product.
 // For N <= detail::kFewRows (decoding, short prompts) the product streams W once through the few-rows
 // path above; otherwise it is one GEMM.
 template <class Real>

@@ -41,6 +41,7 @@ out2=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed
 [ "$out" == "$out2" ] && ok "sample is deterministic for a seed" || bad "sample differs between runs with one seed"
 check "sample reports prefill and decode speed on stderr" 'grep -qE "^prefill: [0-9]+ tokens in .* tokens/s\); decode: 19 tokens in .* ms/token\)" "$WORK/sample.err"'
 check "sample reports the decode bound and the share of it reached" 'grep -qE "^decode bound: [0-9.]+ MB read per token \(weights [0-9.]+, KV cache [0-9.]+ at mean context [0-9]+\) at [0-9.]+ GB/s \(measured, [0-9]+ threads, [0-9.]+ MB working set\) = [0-9.]+ ms/token; decode ran at [0-9]+% of it" "$WORK/sample.err"'
+check "sample reports the DRAM bound beside it" 'grep -qE "^DRAM bound: the same bytes at [0-9.]+ GB/s \(measured over [0-9]+ MB, beyond the caches\) = [0-9.]+ ms/token; decode ran at [0-9]+% of it" "$WORK/sample.err"'
 "$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 5 --seed 3 --quiet 2>"$WORK/sample_quiet.err" >/dev/null
 check "sample --quiet prints no speed line" '[ $? -eq 0 ] && ! grep -q prefill "$WORK/sample_quiet.err"'
 
