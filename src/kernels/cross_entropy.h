@@ -212,23 +212,24 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
 }
 
 // Logits for a few rows (sampling, `attnlab forward`): logits (N,V) = x (N,C) · wteᵀ; wte (V,C).
-// Up to four rows (decoding) read wte once, threads splitting its rows, eight rows of wte at a time:
-// eight independent sums per query row and eight sequential streams in flight (a one-row-at-a-time
-// loop read wte at a third of the rate here, docs/performance.md, Decode). More rows: one GEMM.
+// Up to four rows (decoding) read wte once, threads splitting its rows. wte's rows are cut into
+// eight equal parts read side by side, one row of each per step: eight independent sums per query
+// row and eight sequential streams far apart (one core reads DRAM 1.4× faster so than eight adjacent
+// rows, docs/performance.md, Decode). The last V mod 8 rows one at a time. More rows: one GEMM.
 template <class T>
 void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
   if (N > 4) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
-  const int groups = V / 8;
+  const int Q = V / 8;
+  const size_t S = (size_t)Q * C;  // from one part to the next
 #pragma omp parallel for schedule(static) if ((size_t)V * C >= 65536)
-  for (int g = 0; g <= groups; ++g) {
-    const int v0 = 8 * g;
-    const T* w = wte + (size_t)v0 * C;
+  for (int v = 0; v <= Q; ++v) {
+    const T* w = wte + (size_t)v * C;
     for (int n = 0; n < N; ++n) {
       const T* xr = x + (size_t)n * C;
-      T* out = logits + (size_t)n * V + v0;
-      if (g == groups) {  // the last V mod 8 rows, one at a time
-        for (int r = 0; v0 + r < V; ++r) {
-          const T* wr = w + (size_t)r * C;
+      T* out = logits + (size_t)n * V;
+      if (v == Q) {  // the last V mod 8 rows
+        for (int r = 8 * Q; r < V; ++r) {
+          const T* wr = wte + (size_t)r * C;
           T s = 0;
 #pragma omp simd reduction(+ : s)
           for (int c = 0; c < C; ++c) s += xr[c] * wr[c];
@@ -240,10 +241,11 @@ void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
 #pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
       for (int c = 0; c < C; ++c) {
         const T xc = xr[c];
-        s0 += xc * w[c], s1 += xc * w[C + c], s2 += xc * w[2 * C + c], s3 += xc * w[3 * C + c];
-        s4 += xc * w[4 * C + c], s5 += xc * w[5 * C + c], s6 += xc * w[6 * C + c], s7 += xc * w[7 * C + c];
+        s0 += xc * w[c], s1 += xc * w[S + c], s2 += xc * w[2 * S + c], s3 += xc * w[3 * S + c];
+        s4 += xc * w[4 * S + c], s5 += xc * w[5 * S + c], s6 += xc * w[6 * S + c], s7 += xc * w[7 * S + c];
       }
-      out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3, out[4] = s4, out[5] = s5, out[6] = s6, out[7] = s7;
+      out[v] = s0, out[Q + v] = s1, out[2 * Q + v] = s2, out[3 * Q + v] = s3;
+      out[4 * Q + v] = s4, out[5 * Q + v] = s5, out[6 * Q + v] = s6, out[7 * Q + v] = s7;
     }
   }
 }

@@ -16,39 +16,43 @@ namespace attnlab::kernels {
 // ---------------------------------------------------------------------------------------------
 namespace detail {
 // Decoding multiplies one row per sequence by each weight matrix: the product is a read of W with
-// little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. With this path, the one-row
-// LM head and attention in place of oneDNN's matmul and the tiled kernel, decoding with two threads
-// ran 22–27% faster (docs/performance.md, Decode; equal with one). This path reads W exactly once,
-// front to back: each thread takes
-// a contiguous band of W's rows (its share of the C inputs), adds x_c·W[c, :] eight rows at a time
-// into accumulators in L1 (a pass of few_pass<NR>() columns), and the threads' partial sums are
-// added at the end, in thread order: the same bits for the same thread count (not across counts).
-// Up to kFewRows rows of x share each read of W.
+// little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. This path reads W exactly
+// once: each thread takes a contiguous band of W's rows (its share of the C inputs), adds x_c·W[c, :]
+// eight rows at a time (from eight parts of the band) into accumulators in L1 (a pass of
+// few_pass<NR>() columns), and the threads' partial sums are added at the end, in thread order: the
+// same bits for the same thread count (not across counts). Up to kFewRows rows of x share each read
+// of W. With it, the one-row LM head and attention, decoding ran 1.2–2.1× faster than through
+// oneDNN's matmul and the tiled kernels (docs/performance.md, Decode).
 constexpr int kFewRows = 4;
 constexpr int kFewMaxThreads = 64;
 template <int NR>
 constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB of float
 
-// acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). Eight rows of W per step
-// (eight sequential streams in flight: one core reads faster so, docs/performance.md, Decode):
-// acc += ((x0·w0 + x1·w1) + (x2·w2 + x3·w3)) + ((x4·w4 + x5·w5) + (x6·w6 + x7·w7)).
+// acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). The band's rows are cut
+// into eight equal parts read side by side, one row of each per step (eight sequential streams far
+// apart: one core reads DRAM 1.4× faster so than eight adjacent rows, docs/performance.md, Decode):
+// acc += ((x_a·w_a + x_b·w_b) + (x_c·w_c + x_d·w_d)) + ((x_e·w_e + ...)). Rows past 8·(band/8): one
+// at a time.
 template <class Real, int NR>
 void few_rows_band(Real* acc, const Real* inp, const Real* weight, int C, int OC, int c0, int c1, int j0, int width) {
   constexpr int P = few_pass<NR>();
-  int c = c0;
-  for (; c + 8 <= c1; c += 8) {
-    const Real* w0 = weight + (size_t)c * OC + j0;
-    const Real *w1 = w0 + OC, *w2 = w1 + OC, *w3 = w2 + OC, *w4 = w3 + OC, *w5 = w4 + OC, *w6 = w5 + OC, *w7 = w6 + OC;
+  const int Q = (c1 - c0) / 8;
+  const size_t S = (size_t)Q * OC;  // from one part to the next
+  for (int i = 0; i < Q; ++i) {
+    const int c = c0 + i;
+    const Real* w = weight + (size_t)c * OC + j0;
     for (int n = 0; n < NR; ++n) {
       const Real* x = inp + (size_t)n * C + c;
-      const Real x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3], x4 = x[4], x5 = x[5], x6 = x[6], x7 = x[7];
+      const Real x0 = x[0], x1 = x[Q], x2 = x[2 * Q], x3 = x[3 * Q], x4 = x[4 * Q], x5 = x[5 * Q], x6 = x[6 * Q],
+                 x7 = x[7 * Q];
       Real* a = acc + n * P;
 #pragma omp simd
       for (int j = 0; j < width; ++j)
-        a[j] += ((x0 * w0[j] + x1 * w1[j]) + (x2 * w2[j] + x3 * w3[j])) + ((x4 * w4[j] + x5 * w5[j]) + (x6 * w6[j] + x7 * w7[j]));
+        a[j] += ((x0 * w[j] + x1 * w[S + j]) + (x2 * w[2 * S + j] + x3 * w[3 * S + j])) +
+                ((x4 * w[4 * S + j] + x5 * w[5 * S + j]) + (x6 * w[6 * S + j] + x7 * w[7 * S + j]));
     }
   }
-  for (; c < c1; ++c) {
+  for (int c = c0 + 8 * Q; c < c1; ++c) {
     const Real* w = weight + (size_t)c * OC + j0;
     for (int n = 0; n < NR; ++n) {
       const Real xc = inp[(size_t)n * C + c];
@@ -68,9 +72,8 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    // Bands of whole groups of eight rows, as equal as possible.
-    const int groups = (C + 7) / 8, g0 = int((long)groups * t / nt), g1 = int((long)groups * (t + 1) / nt);
-    const int c0 = std::min(C, 8 * g0), c1 = std::min(C, 8 * g1);
+    // Bands of W's rows, as equal as possible.
+    const int c0 = int((long)C * t / nt), c1 = int((long)C * (t + 1) / nt);
     alignas(64) Real acc[NR * P];
     partial[t] = acc;
     for (int j0 = 0; j0 < OC; j0 += P) {
