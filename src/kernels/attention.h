@@ -791,10 +791,11 @@ void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, 
 }
 
 // One decoding step's attention for head h of batch b: a single query row (s.Tq == 1) against the
-// keys 0..pos_offset. The tiled task above would pack 16-row tiles for it and copy every value row;
-// here each key costs one dot product over Dh and one scaled add of its value, in blocks of
-// kDecodeBlock keys: the block's scores, their max, the rescale of the running sum and output (the
-// online softmax of the tiles, one row wide), then Σ p_j·v_j. Same extras, same epilogue.
+// keys 0..pos_offset. The tiled task above would pack a tile of kTile query rows for it (one live)
+// and copy every value row; here each key costs one dot product over Dh and one scaled add of its
+// value, in blocks of kDecodeBlock keys: the block's scores, their max, the rescale of the running
+// sum and output (the online softmax of the tiles, one row wide), then Σ p_j·v_j. Same extras, same
+// epilogue.
 inline constexpr int kDecodeBlock = 128;
 
 template <class T>
