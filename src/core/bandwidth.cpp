@@ -16,7 +16,7 @@ volatile float g_sink;  // keeps the sums alive
 
 // Sums x[0, n) as 8 interleaved streams (x split in 8 equal parts read side by side): one core
 // reads faster with several sequential streams in flight than with one (on the Zen 3 of
-// 2026-12-02, over 23.5 MB: 1 stream 10–13 GB/s, 2 streams 15, 4 streams 18, 8 streams 19–20).
+// 2026-12-02, bench/decode_read_bench.cpp: 1 stream 9–12 GB/s, 8 streams 20–21).
 // The bound must use the fastest pattern, or the kernels measured against it look better than they
 // are (the multi-row decode kernels read several rows of W at once). Eight sums hide the add
 // latency; the compiler vectorizes the loop to full-width loads.

@@ -214,8 +214,8 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
 // Logits for a few rows (sampling, `attnlab forward`): logits (N,V) = x (N,C) · wteᵀ; wte (V,C).
 // Up to four rows (decoding) read wte once, threads splitting its rows. wte's rows are cut into
 // eight equal parts read side by side, one row of each per step: eight independent sums per query
-// row and eight sequential streams far apart (one core reads DRAM 1.4× faster so than eight adjacent
-// rows, docs/performance.md, Decode). The last V mod 8 rows one at a time. More rows: one GEMM.
+// row and eight sequential streams far apart (one core reads DRAM faster so than from eight adjacent
+// rows, bench/decode_read_bench.cpp). The last V mod 8 rows one at a time. More rows: one GEMM.
 template <class T>
 void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
   if (N > 4) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);

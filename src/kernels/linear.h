@@ -30,7 +30,7 @@ constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB 
 
 // acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). The band's rows are cut
 // into eight equal parts read side by side, one row of each per step (eight sequential streams far
-// apart: one core reads DRAM 1.4× faster so than eight adjacent rows, docs/performance.md, Decode):
+// apart: one core reads DRAM faster so than from eight adjacent rows, bench/decode_read_bench.cpp):
 // acc += ((x_a·w_a + x_b·w_b) + (x_c·w_c + x_d·w_d)) + ((x_e·w_e + ...)). Rows past 8·(band/8): one
 // at a time.
 template <class Real, int NR>
