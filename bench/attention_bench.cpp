@@ -168,7 +168,7 @@ void bench_shape(const Shape& sh, int reps, bool baseline) {
     const auto [whole, split] = time_alternating(bwd, bwd_split, reps);
     row("backward", whole, flops_bwd);
     char what[32];
-    std::snprintf(what, sizeof what, "backward split %d", kernels::detail::backward_query_chunks<float>(s));
+    std::snprintf(what, sizeof what, "backward split %d", kernels::attention_query_chunks(s, kernels::attention_kernels().tile));
     row(what, split, flops_bwd);
   }
   row("forward+sink", time_runs(fwd_sink, reps), flops_fwd);

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "kernels/attention.h"
 #include "model/residual/dar.h"
 #include "train/trainer.h"
 
@@ -140,8 +141,9 @@ void run_bench(const BenchArgs& a) {
   nlohmann::json out = nlohmann::json::array();
   if (!a.json) {
     const Config& c = runs[0]->cfg;
-    std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s\n", c.model.n_layer, c.model.d_model,
-                c.model.n_head, c.model.seq_len, c.train.batch_size, c.model.vocab_size, omp_threads(), gemm_backend_name());
+    std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s, attention kernels %s\n", c.model.n_layer,
+                c.model.d_model, c.model.n_head, c.model.seq_len, c.train.batch_size, c.model.vocab_size, omp_threads(),
+                gemm_backend_name(), kernels::attention_kernels().name);
     std::printf("%d round%s x %d steps per variant%s, %s time; mean ± sd over %s; MFU against %.0f GFLOP/s (%s %s peak)\n",
                 rounds, rounds > 1 ? "s" : "", a.steps, runs.size() > 1 ? ", alternating" : "",
                 a.cpu_time ? "process CPU" : "wall", rounds > 1 ? "the rounds' median steps" : "the steps", peak.gflops,
@@ -170,7 +172,7 @@ void run_bench(const BenchArgs& a) {
                      {"ratio_mean", rounds > 1 ? s_ratio.mean : med / base}, {"ratio_sd", s_ratio.sd},
                      {"round_ms_per_step", r->round_medians}, {"mfu_percent", mfu}, {"peak_gflops", peak.gflops},
                      {"peak_source", peak.source}, {"cpu_time", a.cpu_time},
-                     {"threads", omp_threads()}, {"params", r->model.num_params()},
+                     {"threads", omp_threads()}, {"attention_kernels", kernels::attention_kernels().name}, {"params", r->model.num_params()},
                      {"activation_bytes", r->model.activation_bytes()},
                      {"residual_activation_bytes", r->model.residual_activation_bytes()}, {"config", r->cfg.to_json()}});
     } else {
@@ -182,6 +184,15 @@ void run_bench(const BenchArgs& a) {
     }
   }
   if (a.json) std::printf("%s\n", (runs.size() == 1 ? out[0] : out).dump().c_str());
+}
+
+// "avx2, 8 float lanes; this CPU runs avx2, baseline".
+std::string kernel_set_text() {
+  const auto& set = kernels::attention_kernels();
+  std::string runs;
+  for (const std::string& name : kernels::attention_kernel_sets()) runs += (runs.empty() ? "" : ", ") + name;
+  return std::string(set.name) + ", " + std::to_string(set.lanes) + " float lanes; this CPU runs " + runs +
+         " (ATTNLAB_KERNELS=<set> chooses)";
 }
 
 void run_info(const ConfigArgs& args) {
@@ -213,6 +224,7 @@ void run_info(const ConfigArgs& args) {
   const PeakFlops peak = peak_flops(omp_threads());
   std::printf("fp32 peak (the MFU denominator): %.0f GFLOP/s, %s %s, %d threads\n", peak.gflops, peak.source, peak.isa,
               peak.threads);
+  std::printf("attention kernels: %s (%s)\n", kernel_set_text().c_str(), gemm_backend_name());
 }
 
 }  // namespace

@@ -40,6 +40,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -269,810 +271,6 @@ void attention_backward_naive(T* dq, T* dk, T* dv, T* dsink, const T* dout, cons
     }
 }
 
-namespace detail {
-
-// ---------------------------------------------------------------------------------------------
-// SIMD layer: the handful of vector operations the tiles need. The portable version is one lane
-// wide; float is sixteen on AVX-512 and eight on AVX2 + FMA (x86-64-v3). kRegs is the number of
-// vector registers the micro-kernel's register blocking may plan for.
-// ---------------------------------------------------------------------------------------------
-template <class T>
-struct Simd {
-  static constexpr int W = 1;
-  static constexpr int kRegs = 32;
-  using V = T;
-  using Mask = unsigned;  // 1 = the lane is live
-  static Mask tail_mask(int n) { return n > 0 ? 1u : 0u; }
-  static V zero() { return T(0); }
-  static V set1(T x) { return x; }
-  static V load(const T* p) { return *p; }
-  static V load(const T* p, Mask m) { return m ? *p : T(0); }
-  static void store(T* p, V x) { *p = x; }
-  static void store(T* p, V x, Mask m) { if (m) *p = x; }
-  static V fmadd(V a, V b, V c) { return a * b + c; }
-  static V mul(V a, V b) { return a * b; }
-  static V add(V a, V b) { return a + b; }
-  static V sub(V a, V b) { return a - b; }
-  static V max(V a, V b) { return a > b ? a : b; }
-  // exp(−inf) = 0 exactly: masked scores vanish. float results below the smallest normal are
-  // flushed to 0 as in the AVX-512 version (denormal operands are slow); double keeps them.
-  static V exp(V x) {
-    if constexpr (std::is_same_v<T, float>)
-      if (!(x >= T(-87.33))) return T(0);
-    return std::exp(x);
-  }
-  static T reduce_add(V x) { return x; }
-};
-
-#if defined(__AVX512F__)
-template <>
-struct Simd<float> {
-  static constexpr int W = 16;
-  static constexpr int kRegs = 32;
-  using V = __m512;
-  using Mask = __mmask16;
-  static Mask tail_mask(int n) { return n >= 16 ? Mask(0xFFFF) : Mask((1u << n) - 1u); }
-  static V zero() { return _mm512_setzero_ps(); }
-  static V set1(float x) { return _mm512_set1_ps(x); }
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
-  static void store(float* p, V x, Mask m) { _mm512_mask_storeu_ps(p, m, x); }
-  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  static V max(V a, V b) { return _mm512_maskz_max_ps(Mask(0xFFFF), a, b); }
-  // exp(x) = 2^n·2^f with n = round(x·log2e), f = x·log2e − n in [−1/2, 1/2] (log2e split in two
-  // floats so that f keeps full precision up to |x| = 88), 2^f by the degree-6 polynomial of Cephes
-  // exp2f, and 2^n added to the exponent bits. 1.6 ulp at worst over [−87.3, 88.3]. n comes from the
-  // 1.5·2^23 trick (its low mantissa bits), so no rounding or scaling instruction is needed. Results
-  // below e^−87.33 (the smallest normal float) are exactly 0: masked scores (−inf) then contribute
-  // nothing, and no denormal reaches the FMAs (they cost microcode assists when FTZ/DAZ are off).
-  static V exp(V x) {
-    const Mask live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
-    x = _mm512_maskz_min_ps(Mask(0xFFFF), x, _mm512_set1_ps(88.3f));
-    const V magic = _mm512_set1_ps(12582912.0f);  // 1.5·2^23
-    const V t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-    const V n = _mm512_sub_ps(t, magic);
-    V f = _mm512_fmsub_ps(x, _mm512_set1_ps(1.44269502162933349609375f), n);
-    f = _mm512_fmadd_ps(x, _mm512_set1_ps(1.925963033500011e-08f), f);
-    V p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    const __m512i scale = _mm512_maskz_slli_epi32(Mask(0xFFFF), _mm512_castps_si512(t), 23);  // n·2^23: the magic's bits shift out
-    return _mm512_castsi512_ps(_mm512_maskz_add_epi32(live, _mm512_castps_si512(p), scale));
-  }
-  static float reduce_add(V x) { return _mm512_reduce_add_ps(x); }
-};
-#elif defined(__AVX2__) && defined(__FMA__)
-// The same operations on eight lanes (AVX2 + FMA, 16 registers). Masks are lane vectors of all ones
-// (live) or zeros; masked loads read nothing from dead lanes (no fault past the end of a row).
-template <>
-struct Simd<float> {
-  static constexpr int W = 8;
-  static constexpr int kRegs = 16;
-  using V = __m256;
-  using Mask = __m256i;
-  static Mask tail_mask(int n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  static V zero() { return _mm256_setzero_ps(); }
-  static V set1(float x) { return _mm256_set1_ps(x); }
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
-  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
-  static void store(float* p, V x, Mask m) { _mm256_maskstore_ps(p, m, x); }
-  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-  static V max(V a, V b) { return _mm256_max_ps(a, b); }
-  // The AVX-512 exp above, operation for operation (same constants, same 1.6 ulp): only the masking
-  // differs. Lanes below e^−87.33, −inf and NaN are cleared with an AND of the ordered compare.
-  static V exp(V x) {
-    const V live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_GE_OQ);
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
-    const V magic = _mm256_set1_ps(12582912.0f);  // 1.5·2^23
-    const V t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
-    const V n = _mm256_sub_ps(t, magic);
-    V f = _mm256_fmsub_ps(x, _mm256_set1_ps(1.44269502162933349609375f), n);
-    f = _mm256_fmadd_ps(x, _mm256_set1_ps(1.925963033500011e-08f), f);
-    V p = _mm256_set1_ps(1.535336188319500e-4f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i scale = _mm256_slli_epi32(_mm256_castps_si256(t), 23);  // n·2^23: the magic's bits shift out
-    return _mm256_and_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale)), live);
-  }
-  static float reduce_add(V x) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-  }
-};
-#endif
-
-// Tile edge: query rows per forward task, key columns per backward key tile. 64 keeps a tile's
-// score block (16 KiB in float) and its operands in L1/L2; the one-lane path uses 8 so that the
-// double tests cross many tile boundaries.
-template <class T>
-inline constexpr int kTile = Simd<T>::W == 1 ? 8 : 4 * Simd<T>::W;
-
-// Rows of D_i = dout_i·out_i a backward task keeps (32 KiB of stack in float).
-inline constexpr int kDCacheRows = 8192;
-
-// Rows per band on diagonal tiles: the causal structure is followed at this granularity.
-template <class T>
-inline constexpr int kBand = Simd<T>::W == 1 ? 2 : Simd<T>::W;
-
-// Most vectors per micro-kernel call; wider products are split into chunks of this many. Four (64
-// float lanes) keeps a chunk's B operand in L1: with 8, Dh = 128 ran at half the speed.
-inline constexpr int kMaxVectors = 4;
-
-// Rows per register block for nv vectors: about 24 accumulators plus nv operands in 32 registers;
-// with 16 registers, at most 15 − nv accumulators (one register holds the broadcast A value).
-template <class T>
-constexpr int rows_per_block(int nv) {
-  if constexpr (Simd<T>::kRegs >= 32) return nv >= 4 ? 6 : nv == 3 ? 8 : 12;
-  return nv >= 4 ? 2 : nv == 3 ? 3 : nv == 2 ? 6 : 12;
-}
-
-// The micro-kernel. C[r][0..NV·W) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..NV·W) for r < RB;
-// the last vector of each row is limited to the lanes of `last`. With Accumulate, C is first
-// multiplied by row_scale[r] when row_scale is non-null (the online softmax's rescaling).
-template <class T, int RB, int NV, bool Accumulate>
-inline void micro_kernel(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb,
-                         int K, typename Simd<T>::Mask last) {
-  using S = Simd<T>;
-  using V = typename S::V;
-  constexpr int W = S::W;
-  V acc[RB][NV] = {};  // every entry is set below; the initializer only quiets GCC 12
-#pragma GCC unroll 16
-  for (int r = 0; r < RB; ++r) {
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      if constexpr (Accumulate)
-        acc[r][v] = v == NV - 1 ? S::load(C + r * ldc + v * W, last) : S::load(C + r * ldc + v * W);
-      else
-        acc[r][v] = S::zero();
-    }
-    if constexpr (Accumulate)
-      if (row_scale) {
-        const V scale = S::set1(row_scale[r]);
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[r][v] = S::mul(acc[r][v], scale);
-      }
-  }
-  for (int kk = 0; kk < K; ++kk) {
-    const T* b = B + kk * ldb;
-    V bv[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV - 1; ++v) bv[v] = S::load(b + v * W);
-    bv[NV - 1] = S::load(b + (NV - 1) * W, last);
-    const T* a = A + kk * sk;
-#pragma GCC unroll 16
-    for (int r = 0; r < RB; ++r) {
-      const V ar = S::set1(a[r * sr]);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[r][v] = S::fmadd(ar, bv[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < RB; ++r) {
-#pragma GCC unroll 16
-    for (int v = 0; v < NV - 1; ++v) S::store(C + r * ldc + v * W, acc[r][v]);
-    S::store(C + r * ldc + (NV - 1) * W, acc[r][NV - 1], last);
-  }
-}
-
-// The leftover rows (fewer than a full block) of product_rows, dispatched to a fixed-size kernel.
-template <class T, int NV, bool Accumulate, int N>
-inline void micro_kernel_rest(int rest, T* C, long ldc, const T* row_scale, const T* A, long sr, long sk,
-                              const T* B, long ldb, int K, typename Simd<T>::Mask last) {
-  if constexpr (N >= 1) {
-    if (rest == N)
-      micro_kernel<T, N, NV, Accumulate>(C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
-    else
-      micro_kernel_rest<T, NV, Accumulate, N - 1>(rest, C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
-  }
-}
-
-// A causal band on the k range of a tile product: row block [r, r_end) only sums over
-// k in [r + first, r_end + end) (clipped to [0, K)). The entries outside are masked scores, exactly
-// zero, so skipping them changes no bit of the result; it skips most of a diagonal tile's work.
-struct KBand {
-  int first = -(1 << 29), end = 1 << 29;  // the default: every k for every row
-};
-
-template <class T, int NV, bool Accumulate>
-void product_rows(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
-                  int K, typename Simd<T>::Mask last, KBand band) {
-  constexpr int RB = rows_per_block<T>(NV);
-  for (int r = 0; r < rows; r += RB) {
-    const int n = std::min(RB, rows - r);
-    const int k0 = std::clamp(r + band.first, 0, K), k1 = std::clamp(r + n + band.end, k0, K);
-    T* c = C + r * ldc;
-    const T* scale = row_scale ? row_scale + r : nullptr;
-    const T* a = A + r * sr + k0 * sk;
-    const T* b = B + k0 * ldb;
-    if (n == RB)
-      micro_kernel<T, RB, NV, Accumulate>(c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
-    else
-      micro_kernel_rest<T, NV, Accumulate, RB - 1>(n, c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
-  }
-}
-
-// C[r][0..lanes) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..lanes), r < rows: one tile product,
-// restricted to the k of `band` on diagonal tiles. A is read by broadcast, so any of its layouts
-// (rows of q, columns of a score tile) works in place; B's rows are loaded as vectors, so callers
-// pass contiguous copies (see copy_rows). Writing C never touches lanes >= `lanes`.
-template <class T, bool Accumulate>
-void tile_product(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
-                  int lanes, int K, KBand band = {}) {
-  using S = Simd<T>;
-  constexpr int W = S::W;
-  for (int l0 = 0; l0 < lanes; l0 += kMaxVectors * W) {
-    const int n = std::min(kMaxVectors * W, lanes - l0), nv = (n + W - 1) / W;
-    const auto last = S::tail_mask(n - (nv - 1) * W);
-    T* c = C + l0;
-    const T* b = B + l0;
-    static_assert(kMaxVectors == 4);
-    switch (nv) {
-      case 1: product_rows<T, 1, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-      case 2: product_rows<T, 2, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-      case 3: product_rows<T, 3, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-      default: product_rows<T, 4, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-    }
-  }
-}
-
-#if defined(__AVX512F__)
-// In-register transpose of a 16×16 float block: unpack pairs, then pairs of pairs, then 128-bit
-// lanes twice (the standard four-stage network, 64 shuffles for 256 values).
-inline void transpose16x16(__m512* r) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-  }
-  for (int i = 0; i < 16; i += 8)
-    for (int j = 0; j < 4; ++j) {
-      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
-      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-  }
-}
-#endif
-
-// dst[c·ld + r] = scale·src[r·src_stride + c] for r < rows, c < cols; rows..ld-1 of every column
-// are zeroed (padding lanes then hold finite values).
-template <class T>
-inline void pack_transposed(T* dst, int ld, const T* src, long src_stride, int rows, int cols, T scale) {
-  for (int c = 0; c < cols; ++c) std::fill(dst + long(c) * ld + rows, dst + long(c) * ld + ld, T(0));
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    // 16×16 blocks through registers: the scalar scatter of the portable loop would cost about a
-    // tenth of a short forward task.
-    for (int r0 = 0; r0 < rows; r0 += 16)
-      for (int c0 = 0; c0 < cols; c0 += 16) {
-        const int nr = std::min(16, rows - r0), nc = std::min(16, cols - c0);
-        const __mmask16 cm = Simd<float>::tail_mask(nc);
-        __m512 x[16];
-        for (int r = 0; r < 16; ++r)
-          x[r] = r < nr ? _mm512_mul_ps(_mm512_maskz_loadu_ps(cm, src + (r0 + r) * src_stride + c0), _mm512_set1_ps(scale))
-                        : _mm512_setzero_ps();
-        transpose16x16(x);
-        const __mmask16 rm = Simd<float>::tail_mask(nr);
-        for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(dst + long(c0 + c) * ld + r0, rm, x[c]);
-      }
-    return;
-  }
-#endif
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) dst[long(c) * ld + r] = scale * src[r * src_stride + c];
-}
-
-// Σ_d a[d]·b[d] over n values (D_i = dout_i·out_i of the backward).
-template <class T>
-inline T dot(const T* a, const T* b, int n) {
-  using S = Simd<T>;
-  constexpr int W = S::W;
-  typename S::V acc = S::zero();
-  int d = 0;
-  for (; d + W <= n; d += W) acc = S::fmadd(S::load(a + d), S::load(b + d), acc);
-  if (d < n) {
-    const auto m = S::tail_mask(n - d);
-    acc = S::fmadd(S::load(a + d, m), S::load(b + d, m), acc);
-  }
-  return S::reduce_add(acc);
-}
-
-// lane[r] = r: the query (forward) or key (backward) offset of each lane of a tile row.
-template <class T>
-struct LaneIndex {
-  alignas(64) T at[kTile<T>];
-  LaneIndex() { for (int r = 0; r < kTile<T>; ++r) at[r] = T(r); }
-};
-
-// ALiBi on a transposed score tile (§1.2): scores[c][r] += −m_h·(t_r − t_c) for key c and the
-// queries r of the first n_vectors vectors, where t_c − t_r = key_minus_query + c − r. The
-// distance is formed in integers first, so it is exact in float at any length.
-template <class T>
-inline void add_alibi_transposed(T* scores, T slope, int key_minus_query, int n_keys, int n_vectors,
-                                 const LaneIndex<T>& lane) {
-  using S = Simd<T>;
-  constexpr int W = S::W, TILE = kTile<T>;
-  const auto m = S::set1(slope);
-  for (int c = 0; c < n_keys; ++c) {
-    const auto base = S::set1(T(key_minus_query + c));
-    for (int vv = 0; vv < n_vectors; ++vv) {
-      T* x = scores + c * TILE + vv * W;
-      S::store(x, S::fmadd(m, S::sub(base, S::load(lane.at + vv * W)), S::load(x)));
-    }
-  }
-}
-
-// dst[r·ld + 0..cols) = src[r·src_stride + 0..cols) for r < rows. Tile operands that are loaded as
-// vectors (B of tile_product) are copied contiguous first: rows of the packed qkv buffer sit
-// (H+2Hkv)·Dh floats apart, a stride that maps a tile's rows onto a few L1 sets, so reading them
-// in place re-fetches them from L2 at every row block.
-template <class T>
-inline void copy_rows(T* dst, long ld, const T* src, long src_stride, int rows, int cols) {
-  using S = Simd<T>;
-  constexpr int W = S::W;
-  for (int r = 0; r < rows; ++r) {
-    int c = 0;
-    for (; c + W <= cols; c += W) S::store(dst + r * ld + c, S::load(src + r * src_stride + c));
-    if (c < cols) {
-      const auto m = S::tail_mask(cols - c);
-      S::store(dst + r * ld + c, S::load(src + r * src_stride + c, m), m);
-    }
-  }
-}
-
-// Asks for rows of a strided operand ahead of use, into L2. Rows of the packed qkv buffer are a
-// few KiB apart, mostly on different pages, where the hardware prefetchers do not follow.
-template <class T>
-inline void prefetch_rows(const T* src, long src_stride, int rows, int cols) {
-#if defined(__SSE__)
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; c += 64 / int(sizeof(T)))
-      _mm_prefetch(reinterpret_cast<const char*>(src + r * src_stride + c), _MM_HINT_T1);
-#else
-  (void)src, (void)src_stride, (void)rows, (void)cols;
-#endif
-}
-
-// Row length of the contiguous tiles: Dh rounded up to whole vectors, so every row is aligned.
-template <class T>
-inline int padded_head_dim(int Dh) {
-  constexpr int W = Simd<T>::W;
-  return (Dh + W - 1) / W * W;
-}
-
-// One key tile of the forward's online softmax, on the transposed scores of NVQ query vectors:
-// new running max, rescale factor alpha = exp(m_old − m_new) of the old sum and output, P in
-// place of S, and the running sum. The NVQ vectors are independent chains (a single chain would
-// wait on the max/add latency at every key).
-template <class T, int NVQ>
-void online_softmax(T* scores, int bc, T* m, T* l, T* alpha) {
-  using S = Simd<T>;
-  using V = typename S::V;
-  constexpr int W = S::W, TILE = kTile<T>;
-  V tile_max[NVQ], m_new[NVQ], sum[NVQ];
-  for (int vv = 0; vv < NVQ; ++vv) tile_max[vv] = S::set1(-std::numeric_limits<T>::infinity()), sum[vv] = S::zero();
-  for (int c = 0; c < bc; ++c)
-    for (int vv = 0; vv < NVQ; ++vv) tile_max[vv] = S::max(tile_max[vv], S::load(scores + c * TILE + vv * W));
-  for (int vv = 0; vv < NVQ; ++vv) {
-    const V m_old = S::load(m + vv * W);
-    m_new[vv] = S::max(m_old, tile_max[vv]);
-    S::store(alpha + vv * W, S::exp(S::sub(m_old, m_new[vv])));  // 0 on the first tile without a sink
-    S::store(m + vv * W, m_new[vv]);
-  }
-  for (int c = 0; c < bc; ++c)
-    for (int vv = 0; vv < NVQ; ++vv) {
-      const V p = S::exp(S::sub(S::load(scores + c * TILE + vv * W), m_new[vv]));
-      S::store(scores + c * TILE + vv * W, p);
-      sum[vv] = S::add(sum[vv], p);
-    }
-  for (int vv = 0; vv < NVQ; ++vv) S::store(l + vv * W, S::fmadd(S::load(l + vv * W), S::load(alpha + vv * W), sum[vv]));
-}
-
-template <class T, int N = kTile<T> / Simd<T>::W>
-void online_softmax_dispatch(int n_vectors, T* scores, int bc, T* m, T* l, T* alpha) {
-  if constexpr (N >= 1) {
-    if (n_vectors == N)
-      online_softmax<T, N>(scores, bc, m, l, alpha);
-    else
-      online_softmax_dispatch<T, N - 1>(n_vectors, scores, bc, m, l, alpha);
-  }
-}
-
-// One forward task: the queries i0 .. i0+kTile−1 of head h in batch b.
-template <class T>
-void attention_forward_task(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
-                            const AttentionShape& s, const AttentionExtras<T>& x, int b, int h, int i0) {
-  using S = Simd<T>;
-  constexpr int W = S::W, TILE = kTile<T>;
-  constexpr T kInf = std::numeric_limits<T>::infinity();
-  const int Dh = s.Dh, ld = padded_head_dim<T>(Dh), kappa = h / (s.H / s.Hkv), br = std::min(TILE, s.Tq - i0);
-  // Query lanes in use: a short tile (a decoding step has one query) computes only the vectors it
-  // needs, not 64 lanes of padding.
-  const int n_vectors = (br + W - 1) / W, lanes = n_vectors * W;
-  alignas(64) T q_packed[kAttentionMaxHeadDim * TILE];  // scale·Qᵀ, [Dh][TILE]
-  alignas(64) T v_rows[TILE * kAttentionMaxHeadDim];    // the key tile's values, [TILE][ld]
-  alignas(64) T o_acc[TILE * kAttentionMaxHeadDim];     // unnormalized output, [TILE][ld]
-  alignas(64) T scores[TILE * TILE];                   // Sᵀ, then Pᵀ: [key][query]
-  alignas(64) T m[TILE], l[TILE], alpha[TILE];         // per query: running max, running sum, rescale
-  const LaneIndex<T> lane;
-  const T* kb = k + b * s.kv_batch_stride + kappa * Dh;
-  const T* vb = v + b * s.kv_batch_stride + kappa * Dh;
-  pack_transposed(q_packed, TILE, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh, scale);
-  const int pos_first = s.pos_offset + i0, n_keys = pos_first + br;  // the last query sees keys 0..n_keys−1
-  // The sink opens the softmax as a key of logit s_h (+ slope·t_i) and zero value (§1.3): m = that
-  // logit, l = e^0. Padding lanes get a finite value too.
-  for (int r = 0; r < TILE; ++r) m[r] = sink ? sink[h] + (x.sink_slope ? x.sink_slope[h] * T(pos_first + r) : T(0)) : -kInf;
-  std::fill(l, l + TILE, sink ? T(1) : T(0));
-  for (int j0 = 0; j0 < n_keys; j0 += TILE) {
-    const int bc = std::min(TILE, n_keys - j0);
-    if (j0 + TILE < n_keys) {  // the next key tile's rows
-      prefetch_rows(kb + long(j0 + TILE) * s.kv_stride, s.kv_stride, std::min(TILE, n_keys - j0 - TILE), Dh);
-      prefetch_rows(vb + long(j0 + TILE) * s.kv_stride, s.kv_stride, std::min(TILE, n_keys - j0 - TILE), Dh);
-    }
-    const T* kj = kb + long(j0) * s.kv_stride;
-    const bool diagonal = j0 + bc - 1 > pos_first;  // some (key, query) pairs of the tile are masked
-    if (!diagonal) {
-      tile_product<T, false>(scores, TILE, nullptr, kj, s.kv_stride, 1, q_packed, TILE, bc, lanes, Dh);
-    } else {
-      // Bands of kBand keys skip the query vectors none of their keys is visible to (the mask
-      // below fills those lanes with −inf).
-      for (int c0 = 0; c0 < bc; c0 += kBand<T>) {
-        const int first = std::clamp(j0 + c0 - pos_first, 0, lanes) / W * W;
-        tile_product<T, false>(scores + c0 * TILE + first, TILE, nullptr, kj + long(c0) * s.kv_stride, s.kv_stride,
-                               1, q_packed + first, TILE, std::min(kBand<T>, bc - c0), lanes - first, Dh);
-      }
-    }
-    // Per-(i, j) score biases go here (§1.2 ALiBi; GOAT's prior rides in extra q/k lanes instead).
-    if (x.alibi_slopes) add_alibi_transposed(scores, x.alibi_slopes[h], j0 - pos_first, bc, n_vectors, lane);
-    // Causal mask: key j0+c is visible to query r iff j0+c <= pos_first+r. Padding lanes (r >= br)
-    // see every key of the loop, so they stay finite.
-    if (diagonal)
-      for (int c = 0; c < bc; ++c) {
-        const int hidden = std::min(TILE, j0 + c - pos_first);
-        if (hidden > 0) std::fill(scores + c * TILE, scores + c * TILE + hidden, -kInf);
-      }
-    online_softmax_dispatch<T>(n_vectors, scores, bc, m, l, alpha);
-    // O[r] = alpha[r]·O[r] + Σ_c Pᵀ[c][r]·V[c]
-    copy_rows(v_rows, ld, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh);
-    const KBand visible{.end = pos_first - j0};  // query r sees keys c <= r + pos_first − j0
-    if (j0 == 0)
-      tile_product<T, false>(o_acc, ld, nullptr, scores, 1, TILE, v_rows, ld, br, Dh, bc, visible);
-    else
-      tile_product<T, true>(o_acc, ld, alpha, scores, 1, TILE, v_rows, ld, br, Dh, bc, visible);
-  }
-  // Per-row epilogue: normalize, store, save the log-sum-exp; with XSA project out the own value
-  // (§2.1) and save c = y·v̂ for the backward.
-  T* ob = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
-  T* lse_row = lse + (long(b) * s.H + h) * s.Tq + i0;
-  for (int r = 0; r < br; ++r) {
-    const T inv = T(1) / l[r];
-    T* o = o_acc + r * ld;
-    T* dst = ob + long(r) * s.out_stride;
-    if (x.xsa_gamma) {
-      for (int d = 0; d < Dh; ++d) o[d] *= inv;
-      const T* vi = vb + long(pos_first + r) * s.kv_stride;
-      const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps)), c = dot(o, vi, Dh) / n;
-      const T coef = x.xsa_gamma[h] * c / n;  // z = y − γ c v̂ = y − (γ c / n) v
-      for (int d = 0; d < Dh; ++d) dst[d] = o[d] - coef * vi[d];
-      x.xsa_c[(long(b) * s.H + h) * s.Tq + i0 + r] = c;
-    } else {
-      for (int d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
-    }
-    lse_row[r] = m[r] + std::log(l[r]);
-  }
-}
-
-// One decoding step's attention for head h of batch b: a single query row (s.Tq == 1) against the
-// keys 0..pos_offset. The tiled task above would pack a tile of kTile query rows for it (one live)
-// and copy every value row; here each key costs one dot product over Dh and one scaled add of its
-// value, in blocks of kDecodeBlock keys: the block's scores, their max, the rescale of the running
-// sum and output (the online softmax of the tiles, one row wide), then Σ p_j·v_j. Same extras, same
-// epilogue.
-inline constexpr int kDecodeBlock = 128;
-
-template <class T>
-void attention_decode_task(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
-                           const AttentionShape& s, const AttentionExtras<T>& x, int b, int h) {
-  using S = Simd<T>;
-  constexpr int W = S::W;
-  constexpr T kInf = std::numeric_limits<T>::infinity();
-  const int Dh = s.Dh, kappa = h / (s.H / s.Hkv), pos = s.pos_offset, n_keys = pos + 1;
-  const T* kb = k + b * s.kv_batch_stride + kappa * Dh;
-  const T* vb = v + b * s.kv_batch_stride + kappa * Dh;
-  alignas(64) T qs[kAttentionMaxHeadDim];  // scale·q
-  alignas(64) T o[kAttentionMaxHeadDim];   // unnormalized output
-  alignas(64) T p[kDecodeBlock];           // the block's scores, then probabilities
-  const T* qrow = q + b * s.q_batch_stride + h * Dh;
-  for (int d = 0; d < Dh; ++d) qs[d] = scale * qrow[d], o[d] = T(0);
-  // The sink opens the softmax as a key of logit s_h (+ slope·t) and zero value (§1.3).
-  T m = sink ? sink[h] + (x.sink_slope ? x.sink_slope[h] * T(pos) : T(0)) : -kInf;
-  T l = sink ? T(1) : T(0);
-  const T slope = x.alibi_slopes ? x.alibi_slopes[h] : T(0);
-  for (int j0 = 0; j0 < n_keys; j0 += kDecodeBlock) {
-    const int bc = std::min(kDecodeBlock, n_keys - j0);
-    T block_max = -kInf;
-    for (int c = 0; c < bc; ++c) {
-      const int j = j0 + c;
-      T sc = dot(qs, kb + long(j) * s.kv_stride, Dh);
-      if (x.alibi_slopes) sc -= slope * T(pos - j);  // §1.2
-      p[c] = sc;
-      block_max = std::max(block_max, sc);
-    }
-    const T m_new = std::max(m, block_max);
-    // exp(m − m_new) rescales what came before (0 on the first block without a sink).
-    alignas(64) T lanes[W];
-    S::store(lanes, S::exp(S::set1(m - m_new)));
-    const T alpha = lanes[0];
-    // Lanes past the block's last key score −inf: their exp is exactly 0.
-    const int padded = (bc + W - 1) / W * W;
-    for (int c = bc; c < padded; ++c) p[c] = -kInf;
-    typename S::V sum = S::zero();
-    const typename S::V mv = S::set1(m_new);
-    for (int c = 0; c < padded; c += W) {
-      const auto e = S::exp(S::sub(S::load(p + c), mv));
-      S::store(p + c, e);
-      sum = S::add(sum, e);
-    }
-    l = l * alpha + S::reduce_add(sum);
-    m = m_new;
-    if (alpha != T(1))
-      for (int d = 0; d < Dh; ++d) o[d] *= alpha;
-    for (int cc = 0; cc < bc; ++cc) {
-      const T* vj = vb + long(j0 + cc) * s.kv_stride;
-      const typename S::V pv = S::set1(p[cc]);
-      int d = 0;
-      for (; d + W <= Dh; d += W) S::store(o + d, S::fmadd(pv, S::load(vj + d), S::load(o + d)));
-      if (d < Dh) {
-        const auto mask = S::tail_mask(Dh - d);
-        S::store(o + d, S::fmadd(pv, S::load(vj + d, mask), S::load(o + d, mask)), mask);
-      }
-    }
-  }
-  // The epilogue of attention_forward_task for its one row.
-  T* dst = out + long(b) * s.out_stride + h * Dh;
-  const T inv = T(1) / l;
-  if (x.xsa_gamma) {
-    for (int d = 0; d < Dh; ++d) o[d] *= inv;
-    const T* vi = vb + long(pos) * s.kv_stride;
-    const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps)), cy = dot(o, vi, Dh) / n;
-    const T coef = x.xsa_gamma[h] * cy / n;
-    for (int d = 0; d < Dh; ++d) dst[d] = o[d] - coef * vi[d];
-    x.xsa_c[long(b) * s.H + h] = cy;
-  } else {
-    for (int d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
-  }
-  lse[long(b) * s.H + h] = m + std::log(l);
-}
-
-// One backward task: batch b, KV head kappa, with its G query heads, over the queries [qa, qb) (see
-// the file comment). It writes dQ of those rows, and the dK, dV its queries give to the keys
-// [0, key_end) at dk_out + j·out_stride, dv_out + j·out_stride (key_end = Tk for a task over every
-// query: keys no query sees get zero). A task over all the queries writes the final dK, dV; a task
-// over a query chunk writes its partial sums (attention_backward adds them up).
-template <class T>
-void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int key_end, const T* dout, const T* out,
-                             const T* lse, const T* q, const T* k, const T* v, T scale, const AttentionShape& s,
-                             const AttentionExtras<T>& x, int b, int kappa, int qa, int qb) {
-  using S = Simd<T>;
-  using V = typename S::V;
-  constexpr int W = S::W, TILE = kTile<T>, MAXD = kAttentionMaxHeadDim;
-  constexpr T kInf = std::numeric_limits<T>::infinity();
-  const int Dh = s.Dh, ld = padded_head_dim<T>(Dh), G = s.H / s.Hkv;
-  alignas(64) T k_packed[MAXD * TILE];               // Kᵀ, [Dh][TILE]
-  alignas(64) T v_packed[MAXD * TILE];               // Vᵀ, [Dh][TILE]
-  alignas(64) T k_rows[TILE * MAXD];                 // K, [TILE][ld]
-  alignas(64) T dk_acc[TILE * MAXD], dv_acc[TILE * MAXD];  // the key tile's dK, dV, [TILE][ld]
-  alignas(64) T q_rows[TILE * MAXD], g_rows[TILE * MAXD];  // the query tile's Q and dO, [TILE][ld]
-  alignas(64) T p_tile[TILE * TILE];                 // S, then P: [query][key]
-  alignas(64) T ds_tile[TILE * TILE];                // dP, then scale·dS: [query][key]
-  alignas(64) T d_cache[kDCacheRows];                // D_i of the task's G heads, when they fit
-  alignas(64) T xsa_cache[kDCacheRows];              // XSA: γ(g_i·v_i)/n_i², same rows as d_cache
-  const LaneIndex<T> lane;
-  const long kv_offset = b * s.kv_batch_stride + kappa * Dh;
-  const T* kb = k + kv_offset;
-  const T* vb = v + kv_offset;
-  const int last_pos = s.pos_offset + qb - 1, nq = qb - qa;  // the task's last query sees keys 0..last_pos
-  const V vscale = S::set1(scale);
-  // D_i = dout_i·out_i is needed once per key tile; computed once here when the task's G·nq rows
-  // fit the cache (every training shape), else recomputed per tile from the same dot (same bits).
-  // With XSA, dout is g = dL/dz and out is z: D_i = g_i·z_i still holds (§2.2), while every
-  // other use of dO needs dy = g − γ(g·v̂)v̂, made when the rows are copied (xsa_coef).
-  const bool d_cached = long(G) * nq <= kDCacheRows;
-  auto xsa_coef = [&](int h, int i) {  // γ(g·v)/n², so that dy = g − coef·v
-    const T* vi = vb + long(s.pos_offset + i) * s.kv_stride;
-    const T n = std::max(std::sqrt(dot(vi, vi, Dh)), T(kXsaEps));
-    return x.xsa_gamma[h] * dot(dout + (long(b) * s.Tq + i) * s.out_stride + h * Dh, vi, Dh) / (n * n);
-  };
-  if (d_cached)
-    for (int h = kappa * G; h < (kappa + 1) * G; ++h)
-      for (int i = qa; i < qb; ++i) {
-        const long row = (long(b) * s.Tq + i) * s.out_stride + h * Dh;
-        d_cache[(h - kappa * G) * nq + i - qa] = dot(dout + row, out + row, Dh);
-        if (x.xsa_gamma) xsa_cache[(h - kappa * G) * nq + i - qa] = xsa_coef(h, i);
-      }
-  for (int j0 = 0; j0 < key_end; j0 += TILE) {
-    const int bc = std::min(TILE, key_end - j0);
-    std::fill(dk_acc, dk_acc + bc * ld, T(0));
-    std::fill(dv_acc, dv_acc + bc * ld, T(0));
-    if (j0 <= last_pos) {  // else: keys no query sees (a cache longer than pos_offset+Tq) get zero
-      const T* kj = kb + long(j0) * s.kv_stride;
-      pack_transposed(k_packed, TILE, kj, s.kv_stride, bc, Dh, T(1));
-      pack_transposed(v_packed, TILE, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh, T(1));
-      copy_rows(k_rows, ld, kj, s.kv_stride, bc, Dh);
-      const int i_first = std::max(qa, j0 - s.pos_offset);  // the task's first query that sees key j0
-      for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
-        const T* lse_h = lse + (long(b) * s.H + h) * s.Tq;
-        const T slope = x.alibi_slopes ? x.alibi_slopes[h] : T(0);
-        for (int i0 = i_first; i0 < qb; i0 += TILE) {
-          const int br = std::min(TILE, qb - i0);
-          T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
-          const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
-          copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
-          copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
-          if (x.xsa_gamma)
-            for (int r = 0; r < br; ++r) {
-              const T coef = d_cached ? xsa_cache[(h - kappa * G) * nq + i0 + r - qa] : xsa_coef(h, i0 + r);
-              const T* vi = vb + long(s.pos_offset + i0 + r) * s.kv_stride;
-              T* gr = g_rows + r * ld;
-              for (int d = 0; d < Dh; ++d) gr[d] -= coef * vi[d];
-            }
-          // S = Q·Kᵀ and dP = dO·Vᵀ for this (query tile, key tile). On the diagonal, bands of
-          // kBand queries stop at the last key vector any of them sees.
-          const int pos0 = s.pos_offset + i0;  // >= j0, since i0 >= i_first
-          const int band = j0 + TILE - 1 > pos0 ? kBand<T> : TILE;  // masked pairs only on the diagonal
-          for (int r0 = 0; r0 < br; r0 += band) {
-            const int n = std::min(band, br - r0);
-            const int lanes = std::min(TILE, (pos0 + r0 + n - j0 + W - 1) / W * W);
-            tile_product<T, false>(p_tile + r0 * TILE, TILE, nullptr, q_rows + r0 * ld, ld, 1, k_packed, TILE, n,
-                                   lanes, Dh);
-            tile_product<T, false>(ds_tile + r0 * TILE, TILE, nullptr, g_rows + r0 * ld, ld, 1, v_packed, TILE, n,
-                                   lanes, Dh);
-          }
-          // P = exp(scale·S + bias − lse) (recomputed, §1.1); scale·dS = scale·P∘(dP − D)
-          for (int r = 0; r < br; ++r) {
-            T* p = p_tile + r * TILE;
-            T* g = ds_tile + r * TILE;
-            const int pos = pos0 + r;
-            const int visible = std::min(TILE, pos - j0 + 1);  // keys j0 .. pos: lanes 0..visible−1
-            const int nv = (visible + W - 1) / W;             // vectors computed above for this row
-            std::fill(p + visible, p + nv * W, -kInf);         // includes padding keys >= Tk
-            const V D = S::set1(d_cached ? d_cache[(h - kappa * G) * nq + i0 + r - qa]
-                                         : dot(dout + (long(b) * s.Tq + i0 + r) * s.out_stride + h * Dh,
-                                               oi + long(r) * s.out_stride, Dh));  // g·z, never dy·z (§2.2)
-            const V L = S::set1(lse_h[i0 + r]);
-            const V m = S::set1(slope), base = S::set1(T(j0 - pos));
-            for (int vv = 0; vv < nv; ++vv) {
-              // logit = scale·S + bias in one rounding, the same with or without ALiBi (zero slopes
-              // reproduce no-ALiBi to the bit; GCC contracts a separate multiply and add anyway).
-              const V bias = x.alibi_slopes ? S::mul(m, S::add(base, S::load(lane.at + vv * W))) : S::zero();  // −m_h(t_i − t_j)
-              const V logit = S::fmadd(S::load(p + vv * W), vscale, bias);
-              const V prob = S::exp(S::sub(logit, L));
-              S::store(p + vv * W, prob);
-              S::store(g + vv * W, S::mul(S::mul(prob, S::sub(S::load(g + vv * W), D)), vscale));
-            }
-            std::fill(p + nv * W, p + TILE, T(0));  // keys after every query of the band
-            std::fill(g + nv * W, g + TILE, T(0));
-          }
-          // dV[c] += Σ_r P[r][c]·dO[r];  dK[c] += Σ_r scale·dS[r][c]·Q[r]  (rows: keys, lanes: Dh),
-          // over the queries r >= c − (pos0 − j0) that see key c.
-          const KBand seen_by{.first = j0 - pos0};
-          tile_product<T, true>(dv_acc, ld, nullptr, p_tile, 1, TILE, g_rows, ld, bc, Dh, br, seen_by);
-          tile_product<T, true>(dk_acc, ld, nullptr, ds_tile, 1, TILE, q_rows, ld, bc, Dh, br, seen_by);
-          // dQ[r] (+)= Σ_c scale·dS[r][c]·K[c] over the keys c <= r + pos0 − j0 it sees; key tile 0
-          // reaches every query row of the task, so it writes.
-          const KBand sees{.end = pos0 - j0};
-          if (j0 == 0)
-            tile_product<T, false>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
-          else
-            tile_product<T, true>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
-        }
-      }
-    }
-    if (x.xsa_gamma)  // XSA's direct term on each key that is also a query of the task: its own value (§2.2)
-      for (int c = 0; c < bc; ++c) {
-        const int i = j0 + c - s.pos_offset;
-        if (i < qa || i >= qb) continue;
-        const T* vi = vb + long(j0 + c) * s.kv_stride;
-        const T nrm = std::sqrt(dot(vi, vi, Dh)), n = std::max(nrm, T(kXsaEps));
-        T* acc = dv_acc + c * ld;
-        for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
-          const long row = (long(b) * s.Tq + i) * s.out_stride + h * Dh;
-          const T* g = dout + row;
-          const T* z = out + row;
-          const T gamma = x.xsa_gamma[h], cy = x.xsa_c[(long(b) * s.H + h) * s.Tq + i], gv = dot(g, vi, Dh) / n;
-          if (nrm > T(kXsaEps)) {
-            // −(γ/n)(c·g + gv·y − 2c·gv·v̂) with y = z + γc·v̂
-            const T a = -gamma / n, bv = -gamma * (gamma - 2) * cy * gv / (n * n);
-            for (int d = 0; d < Dh; ++d) acc[d] += a * (cy * g[d] + gv * z[d]) + bv * vi[d];
-          } else {  // dv̂/ε with dv̂ = −γ(c·g + gv·y)
-            const T a = -gamma / T(kXsaEps), bv = gamma * cy / n;
-            for (int d = 0; d < Dh; ++d) acc[d] += a * (cy * g[d] + gv * (z[d] + bv * vi[d]));
-          }
-        }
-      }
-    copy_rows(dk_out + long(j0) * out_stride, out_stride, dk_acc, ld, bc, Dh);
-    copy_rows(dv_out + long(j0) * out_stride, out_stride, dv_acc, ld, bc, Dh);
-  }
-}
-
-// Whether a call is worth a parallel region: below ~2 MFLOP (a few microseconds of work) the
-// fork/join costs more than it saves, and on a busy machine a spinning team costs milliseconds.
-inline bool worth_threads(const AttentionShape& s) {
-  const double flops = 4.0 * s.B * s.H * s.Dh * s.Tq * (s.pos_offset + 0.5 * (s.Tq + 1));
-  return flops > 2e6;
-}
-
-// The backward's split over queries (see attention_backward): with fewer than kBackwardTasks
-// (b, kv head) pairs, each pair's queries are cut into chunks of about equal work, up to
-// kMaxQueryChunks and at most one per query tile. The count depends on the shape only, never on
-// the thread count, so the results do not either.
-inline constexpr int kBackwardTasks = 8;
-inline constexpr int kMaxQueryChunks = 8;
-
-template <class T>
-int backward_query_chunks(const AttentionShape& s) {
-  const long pairs = long(s.B) * s.Hkv;
-  if (pairs >= kBackwardTasks) return 1;
-  const long tiles = (s.Tq + kTile<T> - 1) / kTile<T>;
-  return int(std::min({(kBackwardTasks + pairs - 1) / pairs, tiles, long(kMaxQueryChunks)}));
-}
-
-// Elements of one chunk's partial sums: dK then dV of every key, [Tk][Dh] each.
-inline long backward_chunk_elements(const AttentionShape& s) { return 2 * long(s.Tk) * s.Dh; }
-
-// bounds[0..n]: query chunk c is [bounds[c], bounds[c+1]), whole query tiles (the last one may be
-// short), each at least one tile, cut where the work Σ_i (pos_offset + i + 1) (keys seen, summed
-// over the chunk's rows) first reaches c/n of the total. Integer arithmetic: the same cuts always.
-template <class T>
-void split_queries(const AttentionShape& s, int n, int* bounds) {
-  constexpr int TILE = kTile<T>;
-  const long tiles = (s.Tq + TILE - 1) / TILE;
-  auto work = [&](long rows) { return rows * s.pos_offset + rows * (rows + 1) / 2; };  // rows 0..rows−1
-  const long total = work(s.Tq);
-  bounds[0] = 0;
-  long t = 0;
-  for (int c = 1; c < n; ++c) {
-    while (t < tiles && work(std::min(t * TILE, long(s.Tq))) < total * c / n) ++t;
-    t = std::clamp(t, long(bounds[c - 1] / TILE + 1), tiles - (n - c));
-    bounds[c] = int(t * TILE);
-  }
-  bounds[n] = s.Tq;
-}
-
-}  // namespace detail
-
-// ---------------------------------------------------------------------------------------------
-// Fast kernels
-// ---------------------------------------------------------------------------------------------
-
 // Checks that the optional terms come with what they need (a programming error upstream if not).
 template <class T>
 void check_attention_extras(const AttentionExtras<T>& x, const T* sink, const char* who) {
@@ -1081,6 +279,58 @@ void check_attention_extras(const AttentionExtras<T>& x, const T* sink, const ch
   if (x.xsa_gamma && !x.xsa_c) fail(who, ": XSA needs the row buffer xsa_c [B, H, Tq]");
   if (x.dxsa_gamma && !x.xsa_gamma) fail(who, ": dxsa_gamma is given but xsa_gamma is null");
 }
+
+// The backward's split over queries (see attention_backward): with fewer than kAttentionBackwardTasks
+// (b, kv head) pairs, each pair's queries are cut into chunks of about equal work, up to
+// kAttentionMaxQueryChunks and at most one per query tile (tile: the kernel set's, e.g.
+// attention_kernels().tile). The count depends on the shape and the tile only, never on the thread
+// count, so the results do not either.
+inline constexpr int kAttentionBackwardTasks = 8;
+inline constexpr int kAttentionMaxQueryChunks = 8;
+
+inline int attention_query_chunks(const AttentionShape& s, int tile) {
+  const long pairs = long(s.B) * s.Hkv;
+  if (pairs >= kAttentionBackwardTasks) return 1;
+  const long tiles = (s.Tq + tile - 1) / tile;
+  return int(std::min({(kAttentionBackwardTasks + pairs - 1) / pairs, tiles, long(kAttentionMaxQueryChunks)}));
+}
+
+// bounds[0..n]: query chunk c is [bounds[c], bounds[c+1]), whole query tiles (the last one may be
+// short), each at least one tile, cut where the work Σ_i (pos_offset + i + 1) (keys seen, summed
+// over the chunk's rows) first reaches c/n of the total. Integer arithmetic: the same cuts always.
+inline void split_attention_queries(const AttentionShape& s, int n, int tile, int* bounds) {
+  const long tiles = (s.Tq + tile - 1) / tile;
+  auto work = [&](long rows) { return rows * s.pos_offset + rows * (rows + 1) / 2; };  // rows 0..rows−1
+  const long total = work(s.Tq);
+  bounds[0] = 0;
+  long t = 0;
+  for (int c = 1; c < n; ++c) {
+    while (t < tiles && work(std::min(t * tile, long(s.Tq))) < total * c / n) ++t;
+    t = std::clamp(t, long(bounds[c - 1] / tile + 1), tiles - (n - c));
+    bounds[c] = int(t * tile);
+  }
+  bounds[n] = s.Tq;
+}
+
+}  // namespace attnlab::kernels
+
+// The fast kernels as the compile flags allow them (set `baseline`): double (the finite-difference
+// tests) always runs these; float goes through the run-time choice below.
+#if defined(__AVX512F__)
+#define ATTNLAB_KERNEL_SIMD 2
+#elif defined(__AVX2__) && defined(__FMA__)
+#define ATTNLAB_KERNEL_SIMD 1
+#else
+#define ATTNLAB_KERNEL_SIMD 0
+#endif
+#define ATTNLAB_KERNEL_SET baseline
+#include "kernels/attention_impl.h"
+
+namespace attnlab::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------------
 
 // Causal attention forward (§1.1, with the learned sink of §1.3, ALiBi of §1.2, GOAT's sink slope
 // of §3.4 and XSA of §2.1: see AttentionExtras).
@@ -1091,32 +341,14 @@ void check_attention_extras(const AttentionExtras<T>& x, const T* sink, const ch
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const T* sink, T scale,
                        const AttentionShape& s, const AttentionExtras<T>& x = {}) {
-  check_attention_shape(s, "attention_forward");
-  check_attention_extras(x, sink, "attention_forward");
-  constexpr int TILE = detail::kTile<T>;
-  if (s.Tq == 1) {  // a decoding step: one row per head (attention_decode_task)
-#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
-    for (long task = 0; task < long(s.B) * s.H; ++task)
-      detail::attention_decode_task(out, lse, q, k, v, sink, scale, s, x, int(task / s.H), int(task % s.H));
-    return;
-  }
-  const int n_query_tiles = (s.Tq + TILE - 1) / TILE;
-  const long n_heads = long(s.B) * s.H, n_tasks = n_heads * n_query_tiles;
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
-  for (long task = 0; task < n_tasks; ++task) {
-    // The query tiles of one head are consecutive (its keys and values stay in L2), the longest
-    // rows first: the loop then ends on short tasks, which balances the two threads.
-    const int query_tile = n_query_tiles - 1 - int(task % n_query_tiles);
-    const int b = int(task / n_query_tiles / s.H), h = int(task / n_query_tiles % s.H);
-    detail::attention_forward_task(out, lse, q, k, v, sink, scale, s, x, b, h, query_tile * TILE);
-  }
+  baseline::attention_forward(out, lse, q, k, v, sink, scale, s, x);
 }
 
 // Scratch elements attention_backward uses to split this shape over more tasks than B·Hkv (zero
 // when B·Hkv pairs are enough tasks): the partial dK, dV sums of every query chunk but the last.
 template <class T>
 size_t attention_backward_scratch_size(const AttentionShape& s) {
-  return size_t(detail::backward_query_chunks<T>(s) - 1) * size_t(s.B) * s.Hkv * detail::backward_chunk_elements(s);
+  return baseline::attention_backward_scratch_size<T>(s);
 }
 
 // Causal attention backward (§1.1 Backward, §1.3, §2.2). dq, dk, dv WRITTEN, with the layouts and
@@ -1126,100 +358,63 @@ size_t attention_backward_scratch_size(const AttentionShape& s) {
 // D_i = dout_i·out_i is computed inside and probabilities are recomputed from lse: no B×H×T×T
 // buffer anywhere. No heap allocation (about 550 KiB of stack per thread in float).
 // Parallel split: one task per (b, kv head) owns dQ of its G query heads and dK, dV of its keys.
-// With fewer pairs than kBackwardTasks (long contexts at B = 1 leave threads idle otherwise) and a
-// caller's scratch of attention_backward_scratch_size(s) elements, each pair's queries are cut into
-// chunks of about equal work, one task each: a task owns dQ of its rows and writes the dK, dV its
-// rows give to their keys, into the scratch (the last chunk, whose rows see every key, into dk, dv);
-// a second pass adds the partial sums to dk, dv in chunk order. Deterministic, and since the chunks
-// depend on the shape only, independent of the thread count. A smaller scratch gives fewer chunks.
+// With fewer pairs than kAttentionBackwardTasks (long contexts at B = 1 leave threads idle
+// otherwise) and a caller's scratch of attention_backward_scratch_size(s) elements, each pair's
+// queries are cut into chunks of about equal work, one task each: a task owns dQ of its rows and
+// writes the dK, dV its rows give to their keys, into the scratch (the last chunk, whose rows see
+// every key, into dk, dv); a second pass adds the partial sums to dk, dv in chunk order.
+// Deterministic, and since the chunks depend on the shape (and the set's tile) only, independent of
+// the thread count. A smaller scratch gives fewer chunks.
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,
                         const AttentionExtras<T>& x = {}, T* scratch = nullptr, size_t scratch_size = 0) {
-  check_attention_shape(s, "attention_backward");
-  check_attention_extras(x, sink, "attention_backward");
-  if (dsink && !sink) fail("attention_backward: dsink is given but sink is null; pass the sink logits or no dsink");
-  const long pairs = long(s.B) * s.Hkv, chunk_elements = detail::backward_chunk_elements(s);
-  const int chunks = scratch ? int(std::min<long>(detail::backward_query_chunks<T>(s),
-                                                  1 + long(scratch_size / size_t(pairs * chunk_elements))))
-                             : 1;
-  if (chunks == 1) {
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
-    for (long task = 0; task < pairs; ++task) {
-      const int b = int(task / s.Hkv), kappa = int(task % s.Hkv);
-      const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
-      detail::attention_backward_task(dq, dk + kv_offset, dv + kv_offset, s.kv_stride, s.Tk, dout, out, lse, q, k, v,
-                                      scale, s, x, b, kappa, 0, s.Tq);
-    }
-  } else {
-    int bounds[detail::kMaxQueryChunks + 1];
-    detail::split_queries<T>(s, chunks, bounds);
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
-    for (long task = 0; task < pairs * chunks; ++task) {
-      const long pair = task / chunks;
-      const int c = int(task % chunks), b = int(pair / s.Hkv), kappa = int(pair % s.Hkv);
-      const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
-      if (c == chunks - 1) {
-        detail::attention_backward_task(dq, dk + kv_offset, dv + kv_offset, s.kv_stride, s.Tk, dout, out, lse, q, k, v,
-                                        scale, s, x, b, kappa, bounds[c], bounds[c + 1]);
-      } else {
-        T* part = scratch + (pair * (chunks - 1) + c) * chunk_elements;
-        detail::attention_backward_task(dq, part, part + long(s.Tk) * s.Dh, s.Dh, s.pos_offset + bounds[c + 1], dout,
-                                        out, lse, q, k, v, scale, s, x, b, kappa, bounds[c], bounds[c + 1]);
-      }
-    }
-    // dK, dV of key j: the last chunk's sum, then + the partial sum of every chunk whose queries
-    // see j (those ending after position j), in chunk order.
-    constexpr int TILE = detail::kTile<T>;
-    const long key_tiles = (s.Tk + TILE - 1) / TILE;
-#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
-    for (long task = 0; task < pairs * key_tiles; ++task) {
-      const long pair = task / key_tiles;
-      const int b = int(pair / s.Hkv), kappa = int(pair % s.Hkv), j0 = int(task % key_tiles) * TILE;
-      const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
-      for (int j = j0; j < std::min(j0 + TILE, s.Tk); ++j) {
-        T* dkj = dk + kv_offset + long(j) * s.kv_stride;
-        T* dvj = dv + kv_offset + long(j) * s.kv_stride;
-        for (int c = 0; c < chunks - 1; ++c) {
-          if (j >= s.pos_offset + bounds[c + 1]) continue;
-          const T* pk = scratch + (pair * (chunks - 1) + c) * chunk_elements + long(j) * s.Dh;
-          const T* pv = pk + long(s.Tk) * s.Dh;
-          for (int d = 0; d < s.Dh; ++d) dkj[d] += pk[d], dvj[d] += pv[d];
-        }
-      }
-    }
-  }
-  if (dsink || x.dsink_slope || x.dxsa_gamma) {
-    // Per-head reductions over rows, one head per iteration (no shared accumulator between threads):
-    // ds_h = −Σ_{b,i} p_sink·D_i with p_sink = exp(sink logit − lse_i) (§1.3), its slope part
-    // weighted by t_i, and XSA's dL/dγ_h = Σ_{b,i} −c·(g·v̂) (§2.2).
-    const int G = s.H / s.Hkv;
-#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
-    for (int h = 0; h < s.H; ++h) {
-      double acc_sink = 0, acc_slope = 0, acc_xsa = 0;
-      for (int b = 0; b < s.B; ++b)
-        for (int i = 0; i < s.Tq; ++i) {
-          const long row = (long(b) * s.Tq + i) * s.out_stride + h * s.Dh;
-          const int pos = s.pos_offset + i;
-          if (dsink || x.dsink_slope) {
-            const double D = double(detail::dot(dout + row, out + row, s.Dh));
-            const double logit = double(sink[h]) + (x.sink_slope ? double(x.sink_slope[h]) * pos : 0.0);
-            const double ds = -std::exp(logit - double(lse[(long(b) * s.H + h) * s.Tq + i])) * D;
-            acc_sink += ds;
-            acc_slope += ds * pos;
-          }
-          if (x.dxsa_gamma) {
-            const T* vi = v + b * s.kv_batch_stride + long(pos) * s.kv_stride + (h / G) * s.Dh;
-            const double n = std::max(std::sqrt(double(detail::dot(vi, vi, s.Dh))), kXsaEps);
-            acc_xsa -= double(x.xsa_c[(long(b) * s.H + h) * s.Tq + i]) * double(detail::dot(dout + row, vi, s.Dh)) / n;
-          }
-        }
-      if (dsink) dsink[h] += T(acc_sink);
-      if (x.dsink_slope) x.dsink_slope[h] += T(acc_slope);
-      if (x.dxsa_gamma) x.dxsa_gamma[h] += T(acc_xsa);
-    }
-  }
+  baseline::attention_backward(dq, dk, dv, dsink, dout, out, lse, q, k, v, sink, scale, s, x, scratch, scratch_size);
 }
+
+// float: the kernel set chosen at run time (src/kernels/attention.cpp).
+template <>
+void attention_forward<float>(float* out, float* lse, const float* q, const float* k, const float* v,
+                              const float* sink, float scale, const AttentionShape& s,
+                              const AttentionExtras<float>& x);
+template <>
+size_t attention_backward_scratch_size<float>(const AttentionShape& s);
+template <>
+void attention_backward<float>(float* dq, float* dk, float* dv, float* dsink, const float* dout, const float* out,
+                               const float* lse, const float* q, const float* k, const float* v, const float* sink,
+                               float scale, const AttentionShape& s, const AttentionExtras<float>& x, float* scratch,
+                               size_t scratch_size);
+
+// ---------------------------------------------------------------------------------------------
+// Kernel sets. One build carries the float kernels for several instruction sets and picks one at
+// run time, the widest this CPU runs, so a binary built for a portable target (the `portable`
+// preset) still uses AVX-512 or AVX2 where the CPU has them. On x86-64: avx512 (16 lanes), avx2
+// (AVX2 + FMA, 8 lanes) and baseline (what the compile flags allow: one lane for a plain x86-64
+// target, the widest of the two under -march=native). Other CPUs: baseline. The environment
+// variable ATTNLAB_KERNELS=<name> forces a set (an error if this CPU cannot run it), as does
+// use_attention_kernels. Sets differ by float rounding only; the tests run each set this CPU has
+// against the same references.
+// ---------------------------------------------------------------------------------------------
+struct AttentionKernelSet {
+  const char* name;
+  int lanes;  // float lanes per vector
+  int tile;   // query rows per forward task, keys per backward tile
+  void (*forward)(float*, float*, const float*, const float*, const float*, const float*, float,
+                  const AttentionShape&, const AttentionExtras<float>&);
+  size_t (*backward_scratch_size)(const AttentionShape&);
+  void (*backward)(float*, float*, float*, float*, const float*, const float*, const float*, const float*,
+                   const float*, const float*, const float*, float, const AttentionShape&,
+                   const AttentionExtras<float>&, float*, size_t);
+  void (*vector_exp)(float*, const float*, int);
+};
+
+// The active set: chosen at the first call (ATTNLAB_KERNELS if set, else the widest this CPU runs).
+const AttentionKernelSet& attention_kernels();
+// Names of the sets this binary carries and this CPU runs, widest first.
+std::vector<std::string> attention_kernel_sets();
+// Makes `name` the active set; fails, naming the sets available, if it is unknown or this CPU
+// cannot run it. Not safe while kernels run on other threads: call it between steps.
+void use_attention_kernels(std::string_view name);
 
 }  // namespace attnlab::kernels
 

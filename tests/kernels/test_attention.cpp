@@ -14,13 +14,18 @@
 //   chunk cuts, every mechanism above against the naive reference and finite differences (also
 //   with pos_offset), and the same bits run to run and for one thread or two.
 // - a decoding step (Tq = 1, the one-row kernel) with every extra against the naive reference.
+// - kernel sets (the run-time choice of instruction set): every set this CPU runs against the naive
+//   reference; unknown or unrunnable sets refused by name. CTest also runs this whole file once
+//   per set with ATTNLAB_KERNELS=<set> (CMakeLists.txt); under a set this CPU lacks, it skips.
 #include "kernels/attention.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check.h"
@@ -34,6 +39,20 @@ using attnlab::test::max_rel_diff;
 using attnlab::test::random_vec;
 
 enum class Impl { Fast, Naive };
+
+// Under ATTNLAB_KERNELS=<set> for a set this CPU cannot run, every test here is skipped (CTest
+// registers the file once per set; the machine decides which of them can run).
+class KernelSetEnvironment : public testing::Environment {
+ public:
+  void SetUp() override {
+    try {
+      std::printf("attention kernel set: %s\n", attnlab::kernels::attention_kernels().name);
+    } catch (const attnlab::Error& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+};
+testing::Environment* const kKernelSetEnvironment = testing::AddGlobalTestEnvironment(new KernelSetEnvironment);
 
 // A sentinel the backward must never overwrite (padding columns of the packed buffer).
 constexpr double kSentinel = 7777.0;
@@ -158,23 +177,24 @@ std::vector<T> without_padding(std::vector<T> dqkv, const Packed<T>& p) {
 // ----- the vector exp ---------------------------------------------------------------------------
 
 TEST(Attention, VectorExpIsAccurateAndFlushesTinyResultsToZero) {
-  // The softmax's exp (AVX-512 polynomial in float; std::exp on the one-lane path): within 3 ulp
-  // of exp over the range scores take, exactly 1 at 0, and exactly 0 (never a denormal) below
-  // e^−87.33, so masked (−inf) scores contribute nothing.
-  using S = attnlab::kernels::detail::Simd<float>;
-  constexpr int W = S::W;
-  float in[W], out[W];
+  // The softmax's exp of the active kernel set (a vector polynomial; std::exp on the one-lane
+  // path): within 3 ulp of exp over the range scores take, exactly 1 at 0, and exactly 0 (never a
+  // denormal) below e^−87.33, so masked (−inf) scores contribute nothing. 37 values per call: whole
+  // vectors and a masked tail.
+  const auto& set = attnlab::kernels::attention_kernels();
+  constexpr int N = 37;
+  float in[N], out[N];
   double worst = 0;
-  for (int step = 0; step <= 200000; step += W) {
-    for (int l = 0; l < W; ++l) in[l] = float(-87.3 + 96.0 * (step + l) / 200000.0);
-    S::store(out, S::exp(S::load(in)));
-    for (int l = 0; l < W; ++l) worst = std::max(worst, std::abs(out[l] / std::exp(double(in[l])) - 1));
+  for (int step = 0; step <= 200000; step += N) {
+    for (int l = 0; l < N; ++l) in[l] = float(-87.3 + 96.0 * (step + l) / 200000.0);
+    set.vector_exp(out, in, N);
+    for (int l = 0; l < N; ++l) worst = std::max(worst, std::abs(out[l] / std::exp(double(in[l])) - 1));
   }
-  EXPECT_LT(worst, 3 * 5.97e-8);
+  EXPECT_LT(worst, 3 * 5.97e-8) << set.name;
   for (float x : {0.f, -INFINITY, -87.4f, -100.f, -1e30f}) {
-    for (int l = 0; l < W; ++l) in[l] = x;
-    S::store(out, S::exp(S::load(in)));
-    EXPECT_EQ(out[0], x == 0.f ? 1.f : 0.f) << "exp(" << x << ")";
+    for (int l = 0; l < N; ++l) in[l] = x;
+    set.vector_exp(out, in, N);
+    for (int l = 0; l < N; ++l) EXPECT_EQ(out[l], x == 0.f ? 1.f : 0.f) << "exp(" << x << ") lane " << l << ", " << set.name;
   }
 }
 
@@ -267,23 +287,22 @@ TEST(Attention, FastMatchesNaiveFloatPeakedRows) {
 TEST(Attention, QueryChunksCoverTheQueriesWithEqualWork) {
   // Chunks are whole query tiles, in order, none empty, and the work Σ (pos + 1) of each is within
   // one tile's work of the total / n (a chunk ends at the first tile edge past its share).
-  using attnlab::kernels::detail::backward_query_chunks;
-  using attnlab::kernels::detail::split_queries;
-  constexpr int TILE = attnlab::kernels::detail::kTile<float>;
-  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(8, 4096, 4, 1, 64)), 1);
-  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(2, 4096, 8, 4, 64)), 1);
-  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(1, 4096, 4, 1, 64)), 8);
-  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(1, 4096, 4, 2, 64)), 4);
-  EXPECT_EQ(backward_query_chunks<float>(attnlab::kernels::packed_attention_shape(1, 3 * TILE, 4, 1, 64)), 3);
+  const int TILE = attnlab::kernels::attention_kernels().tile;
+  auto backward_query_chunks = [&](const AttentionShape& s) { return attnlab::kernels::attention_query_chunks(s, TILE); };
+  EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(8, 4096, 4, 1, 64)), 1);
+  EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(2, 4096, 8, 4, 64)), 1);
+  EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(1, 4096, 4, 1, 64)), 8);
+  EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(1, 4096, 4, 2, 64)), 4);
+  EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(1, 3 * TILE, 4, 1, 64)), 3);
   EXPECT_EQ(attnlab::kernels::attention_backward_scratch_size<float>(attnlab::kernels::packed_attention_shape(4, 256, 4, 2, 64)),
             0u);
   for (int T : {1, TILE, 3 * TILE - 1, 1000, 8192})
     for (int off : {0, 37}) {
       AttentionShape s = attnlab::kernels::packed_attention_shape(1, T, 1, 1, 16);
       s.Tk = T + off, s.pos_offset = off;
-      const int n = backward_query_chunks<float>(s);
-      int bounds[attnlab::kernels::detail::kMaxQueryChunks + 1];
-      split_queries<float>(s, n, bounds);
+      const int n = backward_query_chunks(s);
+      int bounds[attnlab::kernels::kAttentionMaxQueryChunks + 1];
+      attnlab::kernels::split_attention_queries(s, n, TILE, bounds);
       auto work = [&](long i) { return i * off + i * (i + 1) / 2; };
       EXPECT_EQ(bounds[0], 0);
       EXPECT_EQ(bounds[n], T);
@@ -299,7 +318,7 @@ TEST(Attention, QueryChunksCoverTheQueriesWithEqualWork) {
 TEST(Attention, FastMatchesNaiveFloatSplitBackward) {
   // B = 1 and one KV head (or few) with several query tiles: the backward runs query chunks and
   // adds their partial dK, dV; with every mechanism the kernel has.
-  constexpr int TILE = attnlab::kernels::detail::kTile<float>;
+  const int TILE = attnlab::kernels::attention_kernels().tile;
   const int T = 9 * TILE + 5;  // 8 chunks over 10 tiles, the last one short
   expect_fast_matches_naive_float(split({1, T, 1, 1, 64}));
   expect_fast_matches_naive_float(split({1, T, 4, 1, 32, true, true}));                  // GQA 4, sink, ALiBi
@@ -774,6 +793,59 @@ TEST(Attention, RejectsBadShapes) {
   float sink_grad = 0;
   EXPECT_THROW(attnlab::kernels::attention_backward(x, x, x, &sink_grad, x, x, x, x, x, x, (const float*)nullptr, 1.f, s),
                attnlab::Error);
+}
+
+// ----- kernel sets ------------------------------------------------------------------------------
+
+// Makes a set active for one scope and restores the previous one.
+struct ScopedKernelSet {
+  std::string previous = attnlab::kernels::attention_kernels().name;
+  explicit ScopedKernelSet(const std::string& name) { attnlab::kernels::use_attention_kernels(name); }
+  ~ScopedKernelSet() { attnlab::kernels::use_attention_kernels(previous); }
+};
+
+TEST(KernelSets, EverySetThisCpuRunsMatchesTheNaiveReference) {
+  // The same problems as above, under each set the CPU runs: one tile, partial tiles with GQA and a
+  // sink, ALiBi, XSA with GOAT's slope, the split backward, a decoding step.
+  const auto sets = attnlab::kernels::attention_kernel_sets();
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets.back(), "baseline");  // runs wherever the binary does
+  for (const std::string& name : sets) {
+    SCOPED_TRACE(name);
+    ScopedKernelSet use(name);
+    const auto& set = attnlab::kernels::attention_kernels();
+    EXPECT_EQ(set.name, name);
+    if (name == "avx512") {
+      EXPECT_EQ(set.lanes, 16);
+    }
+    if (name == "avx2") {
+      EXPECT_EQ(set.lanes, 8);
+    }
+    expect_fast_matches_naive_float({2, 64, 4, 4, 64});
+    expect_fast_matches_naive_float({2, 100, 4, 2, 32, true});
+    expect_fast_matches_naive_float({1, 77, 4, 1, 16, true, true});
+    expect_fast_matches_naive_float(with({1, 70, 4, 1, 40, true, false, 2}, Problem::Gated, true));
+    expect_fast_matches_naive_float(split(with({1, 9 * set.tile + 5, 4, 2, 40, true, true, 2}, Problem::Gated, true)));
+    expect_fast_matches_naive_float({2, 1, 2, 1, 32, true});
+  }
+}
+
+TEST(KernelSets, UnknownOrUnrunnableSetsAreRefusedByName) {
+  const auto sets = attnlab::kernels::attention_kernel_sets();
+  const std::string active = attnlab::kernels::attention_kernels().name;
+  try {
+    attnlab::kernels::use_attention_kernels("sse9");
+    ADD_FAILURE() << "an unknown set was accepted";
+  } catch (const attnlab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown attention kernel set 'sse9'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("baseline"), std::string::npos) << e.what();
+  }
+  for (const char* name : {"avx512", "avx2"}) {
+    if (std::find(sets.begin(), sets.end(), name) != sets.end()) continue;
+    // Carried by every x86-64 build, but not runnable on this CPU.
+    EXPECT_THROW(attnlab::kernels::use_attention_kernels(name), attnlab::Error) << name;
+  }
+  EXPECT_EQ(attnlab::kernels::attention_kernels().name, active);  // a refused set changes nothing
 }
 
 }  // namespace
