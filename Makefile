@@ -6,7 +6,8 @@
 #   make train-demo — the plain single-model path: train the small model (170 s budget), print the
 #                validation loss and a sample.
 #   make test  — install the test dependencies too, build everything and run the whole CTest suite
-#                (long checks are opt-in: make test-long). PRESET=portable builds for x86-64-v3.
+#                (long checks are opt-in: make test-long). PRESET=portable builds one binary for any
+#                x86-64-v2 CPU (the attention kernels pick AVX-512 / AVX2 at run time).
 SHELL := /bin/bash
 PRESET ?= release
 BUILD := build/$(PRESET)

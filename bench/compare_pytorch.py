@@ -8,7 +8,9 @@ Default model: L=4 d=256 H=4 T=256 B=16 V=8192, LayerNorm, GELU 4x, biases, tied
 learned positions (nanoGPT-style; `--pos rope` or `--config FILE` to change). Each round runs, for
 every peer setting, `attnlab bench` and then that setting (attnlab, torch 1, attnlab, torch 2, ...),
 each in a fresh process, so drifting machine load hits both sides alike (docs/performance.md pitfall 4).
-The ratio of a setting is the median over rounds of attnlab/torch measured back to back.
+The ratio of a setting is the median over rounds of attnlab/torch measured back to back. Each
+process's peak resident set size (wait4's ru_maxrss) is reported beside it: the largest over rounds.
+Long context at B=1: `--seq-len 4096 --batch 1 --pos rope --settings torch2:sdpa`.
 
 Peer settings (bench/pytorch_peer.py does the timing: median of --steps after --warmup):
   torch2:*    PyPI torch 2.x from `--python2` (default: the `python3` on PATH); installed with pip
@@ -39,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -198,14 +201,46 @@ def last_json(stdout):
     raise ValueError("no JSON object in the output")
 
 
+class Child:
+    """What a finished child process left: returncode, stdout, stderr, peak_rss (bytes)."""
+
+    def __init__(self, returncode, stdout, stderr, peak_rss):
+        self.returncode, self.stdout, self.stderr, self.peak_rss = returncode, stdout, stderr, peak_rss
+
+
+def run_child(cmd, env, timeout):
+    """Runs cmd and waits for it with wait4, which also gives the child's own peak resident set
+    size (ru_maxrss: its largest RSS over its life, in KiB on Linux; the child alone, not its
+    children). Killed after `timeout` seconds (subprocess.TimeoutExpired)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        killed = []
+        timer = threading.Timer(timeout, lambda: (killed.append(True), proc.kill()))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        if killed:
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        out.seek(0)
+        err.seek(0)
+        child = Child(proc.returncode, out.read().decode(errors="replace"),
+                      err.read().decode(errors="replace"), usage.ru_maxrss * 1024)
+    return child
+
+
 def run_attnlab(args, config_path):
     cmd = [args.attnlab, "bench", "--config", config_path, "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    proc = run_child(cmd, None, args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): "
                            f"{proc.stderr.strip()[-500:]}")
-    return last_json(proc.stdout)
+    result = last_json(proc.stdout)
+    result["peak_rss_bytes"] = proc.peak_rss
+    return result
 
 
 def run_peer(args, python, env, setting, config_path):
@@ -217,11 +252,12 @@ def run_peer(args, python, env, setting, config_path):
         cmd += ["--n-layer", str(args.n_layer), "--d-model", str(args.d_model), "--n-head",
                 str(args.n_head), "--seq-len", str(args.seq_len), "--batch", str(args.batch),
                 "--vocab", str(args.vocab), "--pos", args.pos]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    proc = run_child(cmd, env, args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): "
                            f"{proc.stderr.strip()[-500:]}")
     result = last_json(proc.stdout)
+    result["peak_rss_bytes"] = proc.peak_rss
     if "skipped" in result:
         raise RuntimeError(f"skipped: {result['skipped']}")
     return result
@@ -342,8 +378,9 @@ def main(argv=None):
     print(f"\n### attnlab vs PyTorch, training step tokens/s ({model}; {args.threads} threads; "
           f"median of {args.steps} steps after {args.warmup} warmup, {args.rounds} alternating "
           f"rounds)\n")
-    print("| peer | setting | torch tok/s (median, min–max) | attnlab tok/s | attnlab / torch |")
-    print("|---|---|---|---|---|")
+    print("| peer | setting | torch tok/s (median, min–max) | attnlab tok/s | attnlab / torch "
+          "| peak RSS torch / attnlab (MB, largest) |")
+    print("|---|---|---|---|---|---|")
     for s in settings:
         kind, _, name = s.partition(":")
         tv, av, rv = values(s, "torch"), values(s, "attnlab"), values(s, "ratio")
@@ -358,7 +395,12 @@ def main(argv=None):
             trange = f"failed: {failures.get((s, 'torch'), '?')[:80]}"
         aval = fmt_k(statistics.median(av)) if av else ("—" if args.torch_only else "failed")
         ratio = f"{statistics.median(rv):.2f}×" if rv else "—"
-        print(f"| {peer} | {LABELS[name]} | {trange} | {aval} | {ratio} |")
+
+        def rss(side):
+            v = [x["result"].get("peak_rss_bytes", 0) for x in records
+                 if x["setting"] == s and x["side"] == side]
+            return f"{max(v) / 1e6:.0f}" if v else "—"
+        print(f"| {peer} | {LABELS[name]} | {trange} | {aval} | {ratio} | {rss('torch')} / {rss('attnlab')} |")
     print()
     for n in notes:
         print(f"- {n}")

@@ -3,6 +3,8 @@
 // the same threads, alternating, median of repeats. Result and command: docs/performance.md.
 //   build/release/gemm_bench            (OpenBLAS runs under this environment's OPENBLAS_CORETYPE;
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/release/gemm_bench   to see its best case)
+// With -DATTNLAB_MKL_ROOT=DIR at configure time (an unpacked PyPI `mkl` + `mkl-include`, see
+// docs/performance.md) a third column times MKL's cblas_sgemm through its GNU OpenMP layer.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -14,6 +16,9 @@
 #include "core/timer.h"
 #ifdef ATTNLAB_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
+#ifdef ATTNLAB_HAVE_MKL
+#include <mkl_cblas.h>
 #endif
 
 using namespace attnlab;
@@ -47,10 +52,10 @@ int main() {
     B.as<float>()[i] = float(rng.normal());
   }
   std::printf("threads: %d; GFLOP/s, median of 15 alternating repeats\n", omp_threads());
-  std::printf("| product | M×N×K | oneDNN | OpenBLAS |\n|---|---|---:|---:|\n");
+  std::printf("| product | M×N×K | oneDNN | OpenBLAS | MKL |\n|---|---|---:|---:|---:|\n");
   for (const Shape& s : shapes) {
     const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
-    std::vector<double> t_dnnl, t_blas;
+    std::vector<double> t_dnnl, t_blas, t_mkl;
     for (int rep = 0; rep < 17; ++rep) {
       Timer t;
       gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
@@ -61,11 +66,19 @@ int main() {
                   A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
       if (rep >= 2) t_blas.push_back(t.seconds());
 #endif
+#ifdef ATTNLAB_HAVE_MKL
+      t.reset();
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K, 1.0f,
+                  A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
+      if (rep >= 2) t_mkl.push_back(t.seconds());
+#endif
     }
     const double flops = 2.0 * s.M * s.N * s.K;
     std::printf("| %s | %d×%d×%d | %.0f | ", s.what, s.M, s.N, s.K, flops / median(t_dnnl) / 1e9);
-    if (t_blas.empty()) std::printf("n/a |\n");
-    else std::printf("%.0f |\n", flops / median(t_blas) / 1e9);
+    if (t_blas.empty()) std::printf("n/a | ");
+    else std::printf("%.0f | ", flops / median(t_blas) / 1e9);
+    if (t_mkl.empty()) std::printf("n/a |\n");
+    else std::printf("%.0f |\n", flops / median(t_mkl) / 1e9);
   }
   return 0;
 }

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -16,13 +16,20 @@
 namespace attnlab {
 namespace {
 
-// One thread's share of a trial: `iters` rounds of kChains independent FMAs on vectors of kLanes
+// One thread's share of a trial: `iters` rounds of `chains` independent FMAs on vectors of `lanes`
 // floats. acc = acc·m + c with m just below 1 converges to c/(1 − m): no overflow, no denormal.
-// kChains covers the FMA latency times the FMA units (4 cycles × 2 units on the CPUs we have).
-#if defined(__AVX512F__)
-constexpr const char* kIsa = "AVX-512 FMA";
-constexpr int kLanes = 16, kChains = 24;
-float fma_loop(long iters) {
+// The chains cover the FMA latency times the FMA units (4 cycles × 2 units on the CPUs we have).
+// The loop is the widest this CPU runs, whatever the build's -march (each x86 version is compiled
+// for its own instruction set and chosen at run time), so the peak is the machine's.
+struct FmaLoop {
+  const char* isa;
+  int lanes, chains;
+  float (*run)(long iters);
+};
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float fma_loop_avx512(long iters) {
+  constexpr int kChains = 24;
   __m512 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-3f);
@@ -30,12 +37,13 @@ float fma_loop(long iters) {
 #pragma GCC unroll 24
     for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, c);
   for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
-  return _mm512_reduce_add_ps(acc[0]);
+  alignas(64) float out[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it, bug 105593)
+  _mm512_store_ps(out, acc[0]);
+  return out[0] + out[15];
 }
-#elif defined(__AVX2__) && defined(__FMA__)
-constexpr const char* kIsa = "AVX2 FMA";
-constexpr int kLanes = 8, kChains = 12;  // 12 accumulators + 2 constants of the 16 registers
-float fma_loop(long iters) {
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
+  constexpr int kChains = 12;  // 12 accumulators + 2 constants of the 16 registers
   __m256 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(float(i));
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-3f);
@@ -47,10 +55,10 @@ float fma_loop(long iters) {
   _mm256_store_ps(out, acc[0]);
   return out[0] + out[7];
 }
-#else
-constexpr const char* kIsa = "portable (scalar a*b+c as compiled)";
-constexpr int kLanes = 1, kChains = 16;
-float fma_loop(long iters) {
+#endif
+
+float fma_loop_portable(long iters) {
+  constexpr int kChains = 16;
   float acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = float(i);
   const float m = 0.999999f, c = 1e-3f;
@@ -60,7 +68,15 @@ float fma_loop(long iters) {
   for (int i = 0; i < kChains; ++i) s += acc[i];
   return s;
 }
+
+FmaLoop widest_fma_loop() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return {"AVX-512 FMA", 16, 24, fma_loop_avx512};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {"AVX2 FMA", 8, 12, fma_loop_avx2};
 #endif
+  return {"portable (scalar a*b+c as compiled)", 1, 16, fma_loop_portable};
+}
 
 volatile float g_sink;  // keeps the loops' results alive
 
@@ -68,30 +84,30 @@ volatile float g_sink;  // keeps the loops' results alive
 // GFLOP/s so far. Per-thread times, best over many short trials: on a shared machine some trial
 // of each thread runs without being descheduled, while all threads still run concurrently (two
 // threads on one SMT core share its FMA units and read half each, as they should).
-void trial(int threads, long iters, double* rate) {
+void trial(const FmaLoop& loop, int threads, long iters, double* rate) {
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
 #pragma omp barrier
     Timer timer;
-    const float r = fma_loop(iters);
+    const float r = loop.run(iters);
     const double seconds = timer.seconds();
     if (r == 12345.f) g_sink = r;
-    rate[t] = std::max(rate[t], 2.0 * kLanes * kChains * double(iters) / seconds / 1e9);
+    rate[t] = std::max(rate[t], 2.0 * loop.lanes * loop.chains * double(iters) / seconds / 1e9);
   }
 }
 
-double measure(int threads) {
+double measure(const FmaLoop& loop, int threads) {
   std::vector<double> rate(threads, 0.0);
   long iters = 1 << 10;
   for (;;) {  // about 2 ms per trial
     Timer t;
-    trial(threads, iters, rate.data());
+    trial(loop, threads, iters, rate.data());
     if (t.seconds() > 0.002 || iters > (1L << 40)) break;
     iters *= 2;
   }
   std::fill(rate.begin(), rate.end(), 0.0);
-  for (int i = 0; i < 40; ++i) trial(threads, iters, rate.data());
+  for (int i = 0; i < 40; ++i) trial(loop, threads, iters, rate.data());
   double total = 0;
   for (double r : rate) total += r;
   return total;
@@ -101,14 +117,15 @@ double measure(int threads) {
 
 PeakFlops peak_flops(int threads) {
   threads = std::max(1, threads);
+  static const FmaLoop loop = widest_fma_loop();
   if (const char* e = std::getenv("ATTNLAB_PEAK_GFLOPS")) {
     const double v = std::atof(e);
-    if (v > 0) return {v, threads, "ATTNLAB_PEAK_GFLOPS", kIsa};
+    if (v > 0) return {v, threads, "ATTNLAB_PEAK_GFLOPS", loop.isa};
   }
   static std::mutex mu;
   static PeakFlops cached;
   std::lock_guard<std::mutex> lock(mu);
-  if (cached.threads != threads) cached = {measure(threads), threads, "measured", kIsa};
+  if (cached.threads != threads) cached = {measure(loop, threads), threads, "measured", loop.isa};
   return cached;
 }
 

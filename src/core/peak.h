@@ -8,7 +8,7 @@ struct PeakFlops {
   double gflops = 0;          // fp32 GFLOP/s over `threads` threads (an FMA counts 2 FLOPs)
   int threads = 0;
   const char* source = "";    // "measured" or "ATTNLAB_PEAK_GFLOPS"
-  const char* isa = "";       // the vector FMA the binary was compiled for (the one its kernels use)
+  const char* isa = "";       // the widest vector FMA this CPU runs (chosen at run time, whatever the -march)
 };
 
 // The FMA throughput of this machine over `threads` OpenMP threads: a register-only loop of

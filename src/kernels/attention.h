@@ -20,8 +20,9 @@
 //   C[r][lanes] (+)= Σ_k A[r,k]·B[k][lanes], A broadcast from any strided layout, B loaded as
 //   vectors from a contiguous copy. On tiles that cross the diagonal, the products skip the
 //   (query, key) blocks that are entirely masked (KBand and bands of kBand rows).
-// - float uses AVX-512 intrinsics when compiled with -march=native on such a CPU; double (the
-//   finite-difference tests) and other ISAs use the one-lane portable path of the same code.
+// - float runs the widest kernel set the CPU has, chosen at run time (AVX-512, AVX2 + FMA, NEON on
+//   AArch64, else one lane; "Kernel sets" below); double (the finite-difference tests) runs the
+//   one-lane path of the same code. The kernels' body is kernels/attention_impl.h.
 // - No heap allocation: tiles live on the stack, sized for Dh <= kAttentionMaxHeadDim (about
 //   210 KiB per thread in the forward and 520 KiB in the backward, in float; the default 8 MiB
 //   thread stacks hold them, OMP_STACKSIZE must not be set below 1 MiB).
@@ -47,6 +48,9 @@
 
 #if defined(__SSE__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 #include "core/error.h"
@@ -320,6 +324,8 @@ inline void split_attention_queries(const AttentionShape& s, int n, int tile, in
 #define ATTNLAB_KERNEL_SIMD 2
 #elif defined(__AVX2__) && defined(__FMA__)
 #define ATTNLAB_KERNEL_SIMD 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define ATTNLAB_KERNEL_SIMD 3  // NEON is part of every AArch64 CPU: the baseline set is 4-lane there
 #else
 #define ATTNLAB_KERNEL_SIMD 0
 #endif
@@ -390,7 +396,8 @@ void attention_backward<float>(float* dq, float* dk, float* dv, float* dsink, co
 // run time, the widest this CPU runs, so a binary built for a portable target (the `portable`
 // preset) still uses AVX-512 or AVX2 where the CPU has them. On x86-64: avx512 (16 lanes), avx2
 // (AVX2 + FMA, 8 lanes) and baseline (what the compile flags allow: one lane for a plain x86-64
-// target, the widest of the two under -march=native). Other CPUs: baseline. The environment
+// target, the widest of the two under -march=native). AArch64: baseline only, which is NEON (4
+// lanes; every AArch64 CPU has it). Other CPUs: baseline, one lane. The environment
 // variable ATTNLAB_KERNELS=<name> forces a set (an error if this CPU cannot run it), as does
 // use_attention_kernels. Sets differ by float rounding only; the tests run each set this CPU has
 // against the same references.

@@ -6,7 +6,7 @@
 // defines namespace attnlab::kernels::ATTNLAB_KERNEL_SET, so no two sets share a symbol (an
 // inline function compiled for AVX-512 can never stand in for the AVX2 one at link time).
 // Before including: ATTNLAB_KERNEL_SET (the namespace) and ATTNLAB_KERNEL_SIMD (float vectors:
-// 0 one lane, 1 AVX2 + FMA, 2 AVX-512). No include guard on purpose.
+// 0 one lane, 1 AVX2 + FMA, 2 AVX-512, 3 ARM NEON). No include guard on purpose.
 
 namespace attnlab::kernels::ATTNLAB_KERNEL_SET {
 
@@ -14,8 +14,8 @@ namespace detail {
 
 // ---------------------------------------------------------------------------------------------
 // SIMD layer: the handful of vector operations the tiles need. The portable version is one lane
-// wide; float is sixteen on AVX-512 and eight on AVX2 + FMA (x86-64-v3). kRegs is the number of
-// vector registers the micro-kernel's register blocking may plan for.
+// wide; float is sixteen on AVX-512, eight on AVX2 + FMA and four on NEON (ATTNLAB_KERNEL_SIMD).
+// kRegs is the number of vector registers the micro-kernel's register blocking may plan for.
 // ---------------------------------------------------------------------------------------------
 template <class T>
 struct Simd {
@@ -139,6 +139,67 @@ struct Simd<float> {
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
   }
+};
+#elif ATTNLAB_KERNEL_SIMD == 3
+// ARM NEON (AArch64): four lanes, 32 registers. NEON has no masked load or store, so the masked
+// forms go through a small stack copy lane by lane (they only ever touch a row's tail); masks are
+// lane vectors of all ones (live) or zeros as on AVX2.
+template <>
+struct Simd<float> {
+  static constexpr int W = 4;
+  static constexpr int kRegs = 32;
+  using V = float32x4_t;
+  using Mask = uint32x4_t;
+  static Mask tail_mask(int n) {
+    const uint32_t lanes[4] = {0, 1, 2, 3};
+    return vcltq_u32(vld1q_u32(lanes), vdupq_n_u32(uint32_t(std::max(n, 0))));
+  }
+  static V zero() { return vdupq_n_f32(0.0f); }
+  static V set1(float x) { return vdupq_n_f32(x); }
+  static V load(const float* p) { return vld1q_f32(p); }
+  static V load(const float* p, Mask m) {
+    uint32_t live[4];
+    float x[4];
+    vst1q_u32(live, m);
+    for (int l = 0; l < 4; ++l) x[l] = live[l] ? p[l] : 0.0f;
+    return vld1q_f32(x);
+  }
+  static void store(float* p, V x) { vst1q_f32(p, x); }
+  static void store(float* p, V x, Mask m) {
+    uint32_t live[4];
+    float v[4];
+    vst1q_u32(live, m);
+    vst1q_f32(v, x);
+    for (int l = 0; l < 4; ++l)
+      if (live[l]) p[l] = v[l];
+  }
+  static V fmadd(V a, V b, V c) { return vfmaq_f32(c, a, b); }
+  static V mul(V a, V b) { return vmulq_f32(a, b); }
+  static V add(V a, V b) { return vaddq_f32(a, b); }
+  static V sub(V a, V b) { return vsubq_f32(a, b); }
+  static V max(V a, V b) { return vmaxq_f32(a, b); }
+  // The AVX-512 exp, operation for operation (same constants); lanes below e^−87.33, −inf and NaN
+  // are cleared with an AND of the ordered compare.
+  static V exp(V x) {
+    const uint32x4_t live = vcgeq_f32(x, vdupq_n_f32(-87.33f));
+    x = vminq_f32(x, vdupq_n_f32(88.3f));
+    const V magic = vdupq_n_f32(12582912.0f);  // 1.5·2^23
+    const V t = vfmaq_f32(magic, x, vdupq_n_f32(1.44269504088896341f));
+    const V n = vsubq_f32(t, magic);
+    V f = vfmaq_f32(vnegq_f32(n), x, vdupq_n_f32(1.44269502162933349609375f));
+    f = vfmaq_f32(f, x, vdupq_n_f32(1.925963033500011e-08f));
+    V p = vdupq_n_f32(1.535336188319500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.339887440266574e-3f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(9.618437357674640e-3f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(5.550332471162809e-2f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(2.402264791363012e-1f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(6.931472028550421e-1f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
+    const int32x4_t scale = vshlq_n_s32(vreinterpretq_s32_f32(t), 23);  // n·2^23: the magic's bits shift out
+    const int32x4_t e = vaddq_s32(vreinterpretq_s32_f32(p), scale);
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_s32(e), live));
+  }
+  static float reduce_add(V x) { return vaddvq_f32(x); }
 };
 #endif
 

@@ -46,7 +46,8 @@ class KernelSetEnvironment : public testing::Environment {
  public:
   void SetUp() override {
     try {
-      std::printf("attention kernel set: %s\n", attnlab::kernels::attention_kernels().name);
+      const auto& set = attnlab::kernels::attention_kernels();
+      std::printf("attention kernel set: %s (%d float lanes)\n", set.name, set.lanes);
     } catch (const attnlab::Error& e) {
       GTEST_SKIP() << e.what();
     }
@@ -821,6 +822,9 @@ TEST(KernelSets, EverySetThisCpuRunsMatchesTheNaiveReference) {
     if (name == "avx2") {
       EXPECT_EQ(set.lanes, 8);
     }
+#if defined(__aarch64__)
+    EXPECT_EQ(set.lanes, 4);  // baseline is NEON there (scripts/test_aarch64.sh)
+#endif
     expect_fast_matches_naive_float({2, 64, 4, 4, 64});
     expect_fast_matches_naive_float({2, 100, 4, 2, 32, true});
     expect_fast_matches_naive_float({1, 77, 4, 1, 16, true, true});
