@@ -157,6 +157,11 @@ grep -q "of which residual (dar)" <<<"$out" && grep -q "histories" <<<"$out" && 
 expect_error "dar key without dar" "dar.routing" "$BIN" info --preset tiny --set dar.routing=self_kv
 expect_error "bad dar routing" "dar.routing" "$BIN" info --preset tiny --set residual.kind=dar --set dar.routing=sideways
 
+# The attention kernel set: named by info, forced by ATTNLAB_KERNELS, a bad value refused by name.
+out=$(ATTNLAB_KERNELS=baseline "$BIN" info --preset tiny 2>&1)
+grep -q "attention kernels: baseline" <<<"$out" && ok "info: forced kernel set" || bad "info: forced kernel set: $out"
+expect_error "unknown kernel set" "unknown attention kernel set 'sse9'" env ATTNLAB_KERNELS=sse9 "$BIN" info --preset tiny
+
 # Every attention option trains, checkpoints, resumes, evaluates, samples (KV cache) and runs
 # forward: XSA (on, gated on a layer subset), GOAT (with a sink and XSA; on one layer with ALiBi
 # elsewhere), ALiBi. (tiny: d = 64, 4 heads, D_h = 16 >= 2R + 2 for GOAT's defaults.)
