@@ -27,6 +27,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "kernels/adamw.h"
+#include "kernels/attention.h"
 #include "train/environment.h"
 #include "train/schedule.h"
 
@@ -395,8 +396,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   // here (about 0.1 s), not in the step loop.
   const PeakFlops peak = opts.quiet ? PeakFlops{} : peak_flops(omp_threads());
   if (!opts.quiet) {
-    std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, %d threads\n", model.num_params(),
-                model.activation_bytes() / 1e6, gemm_backend_name(), omp_threads());
+    std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, attention kernels %s, %d threads\n",
+                model.num_params(), model.activation_bytes() / 1e6, gemm_backend_name(),
+                kernels::attention_kernels().name, omp_threads());
     std::printf("MFU = model FLOPs (%.3g per token) / %.0f GFLOP/s, the %s %s peak of %d threads "
                 "(ATTNLAB_PEAK_GFLOPS overrides)\n",
                 flops_tok, peak.gflops, peak.source, peak.isa, peak.threads);
