@@ -15,13 +15,7 @@ const AttentionKernelSet& attention_kernel_set_avx2();    // attention_avx2.cpp
 namespace {
 
 const AttentionKernelSet& baseline_set() {
-  static constexpr AttentionKernelSet set{"baseline",
-                                          baseline::detail::Simd<float>::W,
-                                          baseline::detail::kTile<float>,
-                                          &baseline::attention_forward<float>,
-                                          &baseline::attention_backward_scratch_size<float>,
-                                          &baseline::attention_backward<float>,
-                                          &baseline::vector_exp<float>};
+  static constexpr AttentionKernelSet set = ATTNLAB_ATTENTION_KERNEL_SET(baseline);
   return set;
 }
 

@@ -331,6 +331,8 @@ inline void split_attention_queries(const AttentionShape& s, int n, int tile, in
 #endif
 #define ATTNLAB_KERNEL_SET baseline
 #include "kernels/attention_impl.h"
+#undef ATTNLAB_KERNEL_SET
+#undef ATTNLAB_KERNEL_SIMD
 
 namespace attnlab::kernels {
 
@@ -414,6 +416,15 @@ struct AttentionKernelSet {
                    const AttentionExtras<float>&, float*, size_t);
   void (*vector_exp)(float*, const float*, int);
 };
+
+// The AttentionKernelSet of the kernels in namespace attnlab::kernels::<set> (attention_impl.h),
+// named after it.
+#define ATTNLAB_ATTENTION_KERNEL_SET(set)                                                              \
+  ::attnlab::kernels::AttentionKernelSet {                                                           \
+    #set, set::detail::Simd<float>::W, set::detail::kTile<float>, &set::attention_forward<float>,    \
+        &set::attention_backward_scratch_size<float>, &set::attention_backward<float>,                \
+        &set::vector_exp<float>                                                                      \
+  }
 
 // The active set: chosen at the first call (ATTNLAB_KERNELS if set, else the widest this CPU runs).
 const AttentionKernelSet& attention_kernels();

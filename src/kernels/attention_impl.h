@@ -6,7 +6,8 @@
 // defines namespace attnlab::kernels::ATTNLAB_KERNEL_SET, so no two sets share a symbol (an
 // inline function compiled for AVX-512 can never stand in for the AVX2 one at link time).
 // Before including: ATTNLAB_KERNEL_SET (the namespace) and ATTNLAB_KERNEL_SIMD (float vectors:
-// 0 one lane, 1 AVX2 + FMA, 2 AVX-512, 3 ARM NEON). No include guard on purpose.
+// 0 one lane, 1 AVX2 + FMA, 2 AVX-512, 3 ARM NEON); the includer undefines them after. No include
+// guard on purpose.
 
 namespace attnlab::kernels::ATTNLAB_KERNEL_SET {
 
@@ -979,6 +980,3 @@ void vector_exp(T* out, const T* in, int n) {
 }
 
 }  // namespace attnlab::kernels::ATTNLAB_KERNEL_SET
-
-#undef ATTNLAB_KERNEL_SET
-#undef ATTNLAB_KERNEL_SIMD
