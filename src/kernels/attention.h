@@ -418,8 +418,10 @@ struct AttentionKernelSet {
 };
 
 // The AttentionKernelSet of the kernels in namespace attnlab::kernels::<set> (attention_impl.h),
-// named after it.
-#define ATTNLAB_ATTENTION_KERNEL_SET(set)                                                              \
+// named after it. Two levels, so a macro argument (attention_set.inc passes ATTNLAB_KERNEL_SET)
+// is expanded before # turns it into the name.
+#define ATTNLAB_ATTENTION_KERNEL_SET(set) ATTNLAB_ATTENTION_KERNEL_SET_(set)
+#define ATTNLAB_ATTENTION_KERNEL_SET_(set)                                                             \
   ::attnlab::kernels::AttentionKernelSet {                                                           \
     #set, set::detail::Simd<float>::W, set::detail::kTile<float>, &set::attention_forward<float>,    \
         &set::attention_backward_scratch_size<float>, &set::attention_backward<float>,                \

@@ -161,6 +161,13 @@ expect_error "bad dar routing" "dar.routing" "$BIN" info --preset tiny --set res
 out=$(ATTNLAB_KERNELS=baseline "$BIN" info --preset tiny 2>&1)
 grep -q "attention kernels: baseline" <<<"$out" && ok "info: forced kernel set" || bad "info: forced kernel set: $out"
 expect_error "unknown kernel set" "unknown attention kernel set 'sse9'" env ATTNLAB_KERNELS=sse9 "$BIN" info --preset tiny
+# On an x86-64 CPU with AVX2 the default is a wide set, named as ATTNLAB_KERNELS spells it.
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  out=$("$BIN" info --preset tiny 2>&1)
+  grep -Eq "attention kernels: (avx2|avx512), " <<<"$out" && ok "info: default kernel set" || bad "info: default kernel set: $out"
+  out=$(ATTNLAB_KERNELS=avx2 "$BIN" info --preset tiny 2>&1)
+  grep -q "attention kernels: avx2, 8 float lanes" <<<"$out" && ok "info: avx2 kernel set" || bad "info: avx2 kernel set: $out"
+fi
 
 # Every attention option trains, checkpoints, resumes, evaluates, samples (KV cache) and runs
 # forward: XSA (on, gated on a layer subset), GOAT (with a sink and XSA; on one layer with ALiBi
