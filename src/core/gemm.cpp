@@ -4,10 +4,13 @@
 
 #include <dnnl.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "core/arena.h"
 #include "core/error.h"
 
 namespace attnlab {
@@ -64,16 +67,29 @@ Cached& lookup(Engine& e, bool ta, bool tb, int M, int N, int K, int lda, int ld
   return res.first->second;
 }
 
-}  // namespace
+std::atomic<int> strided_copies_mode{int(GemmStridedCopies::automatic)};
 
-void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-          int ldb, float beta, float* C, int ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // oneDNN rejects K = 0; the product is empty
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < N; ++n) C[(size_t)m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[(size_t)m * ldc + n];
-    return;
-  }
+constexpr int kAliasFloats = 1024;  // rows a multiple of 4 KiB apart share L1 sets
+constexpr int kNarrowMax = 256;     // ... and cost half the speed up to this width (gemm_bench)
+constexpr int kNarrowMin = 16;      // below this the copy costs about what the product does
+constexpr int kSlabRows = 512;      // K rows per copied slab: 2 MB at ld 1024, and no slower
+constexpr int kRowPad = 16;         // 64 bytes added to each copied row
+
+// The copies' workspace, grown on first use (the training step's warm-up) and then reused. gemm()
+// is not reentrant: the cached primitives' data handles are shared as well.
+Buffer& copy_workspace(size_t floats) {
+  static Buffer buf;
+  if (buf.bytes() < floats * sizeof(float)) buf = Buffer(floats * sizeof(float));
+  return buf;
+}
+
+void copy_rows(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
+#pragma omp parallel for schedule(static) if ((long)rows * cols >= 65536)
+  for (int r = 0; r < rows; ++r) std::memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(float));
+}
+
+void execute(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+             int ldb, float beta, float* C, int ldc) {
   Engine& e = engine();
   Cached& p = lookup(e, transA, transB, M, N, K, lda, ldb, ldc, alpha, beta);
   p.a.set_data_handle(const_cast<float*>(A));
@@ -86,6 +102,68 @@ void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const floa
   e.strm.wait();
   detail::onednn_executing.store(false, std::memory_order_relaxed);
   if (!ok) fail("oneDNN matmul failed (", M, "x", N, "x", K, ")");
+}
+
+// C = alpha·Aᵀ·B + beta·C with A (K,M) and B (K,N) stored by rows, where copy_a / copy_b say which
+// operand is read from padded copies. Slab by slab over K: the first adds beta·C, the rest add 1·C.
+// The sum over K is then split at slab edges, each partial rounded into C: an element's error stays
+// within the usual (K + 2)·u·Σ|terms| bound of a float dot product (tests/kernels/test_gemm.cpp).
+void gemm_tn_copied(bool copy_a, bool copy_b, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc) {
+  const int lda_c = copy_a ? lda + kRowPad : lda, ldb_c = copy_b ? ldb + kRowPad : ldb;
+  const int rows = std::min(K, kSlabRows);
+  float* ws = copy_workspace((copy_a ? (size_t)rows * lda_c : 0) + (copy_b ? (size_t)rows * ldb_c : 0)).as<float>();
+  float* wa = ws;
+  float* wb = ws + (copy_a ? (size_t)rows * lda_c : 0);
+  for (int k0 = 0; k0 < K; k0 += kSlabRows) {
+    const int kk = std::min(kSlabRows, K - k0);
+    const float* a = A + (size_t)k0 * lda;
+    const float* b = B + (size_t)k0 * ldb;
+    if (copy_a) { copy_rows(wa, lda_c, a, lda, kk, M); a = wa; }
+    if (copy_b) { copy_rows(wb, ldb_c, b, ldb, kk, N); b = wb; }
+    execute(true, false, M, N, kk, alpha, a, lda_c, b, ldb_c, k0 == 0 ? beta : 1.0f, C, ldc);
+  }
+}
+
+bool cpu_has_avx512f() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void set_gemm_strided_copies(GemmStridedCopies mode) { strided_copies_mode.store(int(mode)); }
+
+bool gemm_strided_copies_active() {
+  switch (GemmStridedCopies(strided_copies_mode.load())) {
+    case GemmStridedCopies::always: return true;
+    case GemmStridedCopies::never: return false;
+    default: return !cpu_has_avx512f();
+  }
+}
+
+void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // oneDNN rejects K = 0; the product is empty
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) C[(size_t)m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[(size_t)m * ldc + n];
+    return;
+  }
+  if (transA && !transB && gemm_strided_copies_active()) {
+    const auto narrow = [](int width) { return width >= kNarrowMin && width <= kNarrowMax; };
+    const bool copy_a = lda % kAliasFloats == 0 && narrow(N);
+    const bool copy_b = ldb % kAliasFloats == 0 && narrow(M);
+    if (copy_a || copy_b) return gemm_tn_copied(copy_a, copy_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  execute(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 const char* gemm_backend_name() { return "oneDNN matmul (fp32)"; }
