@@ -9,9 +9,9 @@
 //
 // Usage: cross_entropy_bench [--reps 5] [--chunks 64,128,256,512,1024,2048,4096]
 //                            [--shapes 4096x256x8192,4096x768x8192] [--clock wall|cpu]
-//                            [--transposed-dwte auto|on|off]
-// --transposed-dwte forces how the fused op makes dwte (lm_head_transposed_dwte: from a transposed
-// copy of dlogits, or the direct transposed-A product); auto is what training does on this CPU.
+//                            [--strided-copies auto|on|off]
+// --strided-copies forces gemm's padded copies of operands whose rows lie a multiple of 4 KiB apart
+// (core/gemm.h; here dlogits in the dwte product at V = 8192, C <= 256); auto is what training does.
 // --clock cpu times with the process CPU clock instead of wall time: on a machine shared with other
 // jobs, run it with OMP_NUM_THREADS=1 to compare chunk sizes by the work they cost, free of
 // time-slicing (with 2 threads it would also count OpenMP's spin-waiting).
@@ -53,7 +53,6 @@ using namespace attnlab::kernels;
 namespace {
 
 bool g_cpu_clock = false;
-bool g_transposed_dwte = attnlab::kernels::lm_head_transposed_dwte();  // --transposed-dwte
 
 // Seconds on the chosen clock (wall, or CPU time of the whole process).
 struct Clock {
@@ -143,8 +142,7 @@ void run_shape(int N, int C, int V, const std::vector<int>& chunks, int reps) {
   for (int chunk : chunks) {
     if (chunk > N) continue;
     const Stats fused = time_it(reps, [&] {
-      lm_head_ce_forward_backward(dx, dwte, (float*)nullptr, x, wte, targets, N, C, V, scale, scratch, chunk,
-                                  (const float*)nullptr, g_transposed_dwte);
+      lm_head_ce_forward_backward(dx, dwte, (float*)nullptr, x, wte, targets, N, C, V, scale, scratch, chunk);
     });
     // Phase by phase, accumulated over the chunks of one call; the gemm3 total is their GEMM sum.
     double t_logits = 1e30, t_soft = 1e30, t_dx = 1e30, t_dwte = 1e30;
@@ -192,10 +190,12 @@ int main(int argc, char** argv) {
       const std::string v = argv[++i];
       if (a == "--reps") reps = parse_ints(v, ',').at(0);
       else if (a == "--chunks") chunks = parse_ints(v, ',');
-      else if (a == "--transposed-dwte") {
+      else if (a == "--strided-copies") {
         if (v != "auto" && v != "on" && v != "off")
-          fail("cross_entropy_bench: --transposed-dwte must be auto, on or off, not '", v, "'");
-        g_transposed_dwte = v == "auto" ? lm_head_transposed_dwte() : v == "on";
+          fail("cross_entropy_bench: --strided-copies must be auto, on or off, not '", v, "'");
+        set_gemm_strided_copies(v == "auto" ? GemmStridedCopies::automatic
+                                : v == "on" ? GemmStridedCopies::always
+                                            : GemmStridedCopies::never);
       } else if (a == "--clock") {
         if (v != "wall" && v != "cpu") fail("cross_entropy_bench: --clock must be wall or cpu, not '", v, "'");
         g_cpu_clock = v == "cpu";
@@ -211,10 +211,10 @@ int main(int argc, char** argv) {
           p = q + 1;
         }
       } else fail("cross_entropy_bench: unknown option ", a,
-                  "; options are --reps, --chunks, --shapes, --clock, --transposed-dwte");
+                  "; options are --reps, --chunks, --shapes, --clock, --strided-copies");
     }
-    std::printf("# fused LM head + cross-entropy (gemm: %s; dwte %s)\n", gemm_backend_name(),
-                g_transposed_dwte ? "from a transposed copy of dlogits" : "direct");
+    std::printf("# fused LM head + cross-entropy (gemm: %s; strided copies %s)\n", gemm_backend_name(),
+                gemm_strided_copies_active() ? "on" : "off");
     // Two-thread timings swing with whatever else runs on the 2 cores (docs/performance.md pitfall 4): print
     // the load so a reader can judge, and report the best run next to the median.
     if (FILE* f = std::fopen("/proc/loadavg", "r")) {

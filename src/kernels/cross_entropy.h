@@ -31,46 +31,9 @@ namespace attnlab::kernels {
 // at V = 8192. The measurements are in the bench's header comment.
 inline constexpr int lm_head_default_chunk_rows = 1024;
 
-// Elements of T the scratch must hold: the (chunk_rows,V) logits/dlogits block, chunk_rows row
-// losses (kept so the returned sum is added in a fixed order, hence reproducible bit for bit), and
-// the training pass's transposed copy of dlogits, (V,chunk_rows) (see lm_head_ce_forward_backward).
-inline size_t lm_head_scratch_size(int chunk_rows, int V) {
-  return 2 * (size_t)chunk_rows * (size_t)V + (size_t)chunk_rows;
-}
-
-// Whether the training pass copies dlogits transposed before the dwte product (see
-// lm_head_ce_forward_backward). Measured on an AMD Zen 3 (AVX2): oneDNN 2.6 runs the product with a
-// transposed first operand at about half the rate of the plain one, and the copy plus the plain
-// product made the whole LM head 5–25% faster. On AVX-512 CPUs oneDNN's GEMMs run about four times
-// faster, so the memory-bound copy could cost more than it saves there, and it was not measured:
-// those keep the direct product. Fixed per machine, so results are reproducible run to run.
-inline bool lm_head_transposed_dwte() {
-#if defined(__x86_64__)
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return !__builtin_cpu_supports("avx512f");
-  }();
-  return yes;
-#else
-  return false;
-#endif
-}
-
-// dst (V,n) = src (n,V)ᵀ, in 32×32 blocks (each side reads or writes 32 consecutive values of a
-// row at a time), threads over blocks of V.
-template <class T>
-void transpose_block_rows(T* dst, const T* src, int n, int V) {
-  constexpr int kB = 32;
-#pragma omp parallel for schedule(static) if ((size_t)n * V >= 65536)
-  for (int v0 = 0; v0 < V; v0 += kB) {
-    const int v1 = std::min(V, v0 + kB);
-    for (int i0 = 0; i0 < n; i0 += kB) {
-      const int i1 = std::min(n, i0 + kB);
-      for (int v = v0; v < v1; ++v)
-        for (int i = i0; i < i1; ++i) dst[(size_t)v * n + i] = src[(size_t)i * V + v];
-    }
-  }
-}
+// Elements of T the scratch must hold: the (chunk_rows,V) logits/dlogits block and chunk_rows row
+// losses (kept so the returned sum is added in a fixed order, hence reproducible bit for bit).
+inline size_t lm_head_scratch_size(int chunk_rows, int V) { return (size_t)chunk_rows * (size_t)V + (size_t)chunk_rows; }
 
 // Number of targets that contribute to the loss (target >= 0): the caller's mean and grad_scale
 // divide by this (summed over micro-batches when accumulating gradients).
@@ -189,16 +152,14 @@ inline void check_args(int N, int C, int V, const void* scratch, int chunk_rows)
 // dlogits = grad_scale·(p − onehot): grad_scale is e.g. 1/(valid targets in the batch · grad_accum).
 // row_weights (N), optional: per-row loss weights w_i (a synthetic task's answer weighting,
 // src/eval/tasks.h). Row i's gradient is then grad_scale·w_i·(p − onehot) and the return value
-// Σ w_i·loss_i; the per-row `losses` stay unweighted. transposed_dwte: how the dwte product is made
-// (lm_head_transposed_dwte; the tests run both).
+// Σ w_i·loss_i; the per-row `losses` stay unweighted.
 template <class T>
 double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const T* wte, const int32_t* targets,
                                    int N, int C, int V, T grad_scale, T* scratch, int chunk_rows,
-                                   const T* row_weights = nullptr, bool transposed_dwte = lm_head_transposed_dwte()) {
+                                   const T* row_weights = nullptr) {
   ce_detail::check_args(N, C, V, scratch, chunk_rows);
   ce_detail::check_targets(targets, N, V);
   T* row_loss = scratch + (size_t)chunk_rows * V;
-  T* dlogits_t = row_loss + chunk_rows;
   double total = 0;
   for (int r0 = 0; r0 < N; r0 += chunk_rows) {
     const int n = std::min(chunk_rows, N - r0);
@@ -211,14 +172,9 @@ double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const 
                                                     row_weights ? T(grad_scale * row_weights[r0 + i]) : grad_scale);
     // dx_rows (n,C) = dlogits (n,V) · wte (V,C)
     gemm(false, false, n, C, V, T(1), scratch, V, wte, C, T(0), dx + (size_t)r0 * C, C);
-    // dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C); on CPUs without AVX-512 from an explicit
-    // transposed copy (lm_head_transposed_dwte).
-    if (transposed_dwte) {
-      transpose_block_rows(dlogits_t, scratch, n, V);
-      gemm(false, false, V, C, n, T(1), dlogits_t, n, xr, C, T(1), dwte, C);
-    } else {
-      gemm(true, false, V, C, n, T(1), scratch, V, xr, C, T(1), dwte, C);
-    }
+    // dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C). With V a multiple of 1024 and C ≤ 256 on a CPU
+    // without AVX-512, gemm reads dlogits through padded copies (core/gemm.h).
+    gemm(true, false, V, C, n, T(1), scratch, V, xr, C, T(1), dwte, C);
     if (row_weights)
       for (int i = 0; i < n; ++i) total += (double)row_weights[r0 + i] * (double)row_loss[i];
     else
