@@ -106,8 +106,9 @@ void execute(bool transA, bool transB, int M, int N, int K, float alpha, const f
 
 // C = alpha·Aᵀ·B + beta·C with A (K,M) and B (K,N) stored by rows, where copy_a / copy_b say which
 // operand is read from padded copies. Slab by slab over K: the first adds beta·C, the rest add 1·C.
-// The sum over K is then split at slab edges, each partial rounded into C: an element's error stays
-// within the usual (K + 2)·u·Σ|terms| bound of a float dot product (tests/kernels/test_gemm.cpp).
+// The sum over K is then split at slab edges, each partial scaled and rounded into C: an element's
+// error stays within γ_n·(|alpha|·Σ|a·b| + |beta·c|), n = K + 3 + slabs, a float dot product's bound
+// with one rounding more per slab (derived and checked in tests/kernels/test_gemm.cpp).
 void gemm_tn_copied(bool copy_a, bool copy_b, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
   const int lda_c = copy_a ? lda + kRowPad : lda, ldb_c = copy_b ? ldb + kRowPad : ldb;
