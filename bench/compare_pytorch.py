@@ -11,6 +11,10 @@ each in a fresh process, so drifting machine load hits both sides alike (docs/pe
 The ratio of a setting is the median over rounds of attnlab/torch measured back to back. Each
 process's peak resident set size (wait4's ru_maxrss) is reported beside it: the largest over rounds.
 Long context at B=1: `--seq-len 4096 --batch 1 --pos rope --settings torch2:sdpa`.
+Decoding: `--decode N --checkpoint CKPT --settings torch2:sdpa` times `attnlab sample` (greedy, N
+tokens after the prompt "The", its reported decode tokens/s) against the peer's greedy loop with a
+static KV cache on a model of the checkpoint's shape (weights random: the speed does not depend on
+them); each a fresh process per round, OMP_NUM_THREADS = --threads for attnlab.
 
 Peer settings (bench/pytorch_peer.py does the timing: median of --steps after --warmup):
   torch2:*    PyPI torch 2.x from `--python2` (default: the `python3` on PATH); installed with pip
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -243,9 +248,53 @@ def run_attnlab(args, config_path):
     return result
 
 
+def checkpoint_model(path):
+    """The model.* / attn.* keys of an attnlab checkpoint (the config in its safetensors header)."""
+    import struct
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+    return json.loads(header.get("__metadata__", {}).get("config", "{}"))
+
+
+def apply_checkpoint_model(args):
+    cfg = checkpoint_model(args.checkpoint)
+    for key, attr in (("model.n_layer", "n_layer"), ("model.d_model", "d_model"),
+                      ("model.n_head", "n_head"), ("model.seq_len", "seq_len"),
+                      ("model.vocab_size", "vocab"), ("attn.pos", "pos")):
+        if key not in cfg:
+            raise SystemExit(f"--checkpoint {args.checkpoint}: no {key} in its config")
+        setattr(args, attr, cfg[key])
+    unsupported = {k: cfg.get(k) for k, ok in (("model.norm", "layernorm"), ("model.mlp", "gelu"),
+                                               ("attn.sink", "none"), ("model.bias", True),
+                                               ("model.kv_heads", args.n_head),
+                                               ("residual.kind", "standard"), ("attn.xsa", "off"))
+                   if cfg.get(k, ok) != ok}
+    if args.pos not in ("learned", "rope") or unsupported:
+        raise SystemExit(f"--checkpoint {args.checkpoint}: the PyTorch peer is nanoGPT-style "
+                         "(layernorm, gelu, bias, MHA, standard residual, learned or rope "
+                         f"positions); this model has {unsupported or {'attn.pos': args.pos}}")
+
+
+def run_attnlab_decode(args):
+    cmd = [args.attnlab, "sample", "--checkpoint", args.checkpoint, "--prompt", "The", "-n",
+           str(args.decode), "--temperature", "0"]
+    proc = run_child(cmd, dict(os.environ, OMP_NUM_THREADS=str(args.threads)), args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): "
+                           f"{proc.stderr.strip()[-500:]}")
+    m = re.search(r"decode: (\d+) tokens in ([0-9.]+) ms \(([0-9.]+) tokens/s", proc.stderr)
+    if not m:
+        raise ValueError(f"no decode speed in the output of {' '.join(cmd)}: {proc.stderr[-300:]}")
+    return {"tokens_per_s": float(m.group(3)), "decode_tokens": int(m.group(1)),
+            "ms_per_token": float(m.group(2)) / int(m.group(1)), "peak_rss_bytes": proc.peak_rss}
+
+
 def run_peer(args, python, env, setting, config_path):
     cmd = [python, PEER, "--setting", setting, "--steps", str(args.steps), "--warmup",
            str(args.warmup), "--threads", str(args.threads)]
+    if args.decode:
+        cmd += ["--decode", str(args.decode)]
     if args.config:
         cmd += ["--config", config_path]  # its model.* and train.batch_size keys
     else:
@@ -296,7 +345,19 @@ def main(argv=None):
     ap.add_argument("--no-install", action="store_true", help="never pip install torch")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per process")
     ap.add_argument("--json-out", help="also write every measurement here (JSON)")
+    ap.add_argument("--decode", type=int, default=0,
+                    help="time greedy decoding of N tokens instead of training (needs --checkpoint)")
+    ap.add_argument("--checkpoint", help="attnlab checkpoint for --decode (sets the model's shape)")
     args = ap.parse_args(argv)
+    if args.decode:
+        if not args.checkpoint or args.config:
+            raise SystemExit("--decode needs --checkpoint (the model's shape comes from it) and no --config")
+        if args.decode < 2:
+            raise SystemExit(f"--decode {args.decode}: decode at least 2 tokens")
+        apply_checkpoint_model(args)
+        if args.decode + 8 > args.seq_len:
+            raise SystemExit(f"--decode {args.decode}: the prompt and the tokens must fit in "
+                             f"model.seq_len = {args.seq_len}")
 
     notes = []
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -353,7 +414,7 @@ def main(argv=None):
                 t0 = time.time()
                 try:
                     if side == "attnlab":
-                        res = run_attnlab(args, config_path)
+                        res = run_attnlab_decode(args) if args.decode else run_attnlab(args, config_path)
                     else:
                         res = run_peer(args, pythons[kind], envs[kind], name, config_path)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
@@ -375,9 +436,16 @@ def main(argv=None):
 
     model = (f"L={args.n_layer} d={args.d_model} H={args.n_head} T={args.seq_len} B={args.batch} "
              f"V={args.vocab} pos={args.pos}" if not args.config else f"config {args.config}")
-    print(f"\n### attnlab vs PyTorch, training step tokens/s ({model}; {args.threads} threads; "
-          f"median of {args.steps} steps after {args.warmup} warmup, {args.rounds} alternating "
-          f"rounds)\n")
+    if args.decode:
+        model = model.replace(f" B={args.batch}", "")
+    if args.decode:
+        print(f"\n### attnlab vs PyTorch, greedy decoding tokens/s ({model}; checkpoint "
+              f"{args.checkpoint}; {args.decode} tokens, one sequence; {args.threads} threads; "
+              f"{args.rounds} alternating rounds)\n")
+    else:
+        print(f"\n### attnlab vs PyTorch, training step tokens/s ({model}; {args.threads} threads; "
+              f"median of {args.steps} steps after {args.warmup} warmup, {args.rounds} alternating "
+              f"rounds)\n")
     print("| peer | setting | torch tok/s (median, min–max) | attnlab tok/s | attnlab / torch "
           "| peak RSS torch / attnlab (MB, largest) |")
     print("|---|---|---|---|---|---|")

@@ -90,6 +90,33 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
+    def step(self, x, t, kc, vc):
+        """One token at position t (x: (1, 1, C)); appends its key and value to the caches
+        (1, H, seq_len, Dh) and attends over positions 0..t."""
+        C = x.shape[-1]
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(1, 1, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(1, 1, self.n_head, self.head_dim).transpose(1, 2)
+        v = v.view(1, 1, self.n_head, self.head_dim).transpose(1, 2)
+        if self.pos == "rope":
+            cos, sin = self.cos[t:t + 1], self.sin[t:t + 1]
+            half = self.head_dim // 2
+
+            def rot(z):
+                z1, z2 = z[..., :half], z[..., half:]
+                return torch.cat([z1 * cos - z2 * sin, z2 * cos + z1 * sin], dim=-1)
+            q, k = rot(q), rot(k)
+        kc[:, :, t:t + 1] = k
+        vc[:, :, t:t + 1] = v
+        keys, vals = kc[:, :, :t + 1], vc[:, :, :t + 1]
+        if self.use_sdpa:
+            y = F.scaled_dot_product_attention(q, keys, vals)
+        else:
+            att = (q @ keys.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+            y = F.softmax(att, dim=-1) @ vals
+        return self.c_proj(y.transpose(1, 2).reshape(1, 1, C))
+
+
 class Block(nn.Module):
     def __init__(self, d, n_head, seq_len, pos, use_sdpa):
         super().__init__()
@@ -101,6 +128,10 @@ class Block(nn.Module):
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    def step(self, x, t, kc, vc):
+        x = x + self.attn.step(self.ln_1(x), t, kc, vc)
         return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
@@ -128,6 +159,16 @@ class GPT(nn.Module):
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
         return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+
+
+    def step(self, token, t, caches):
+        """Logits (vocab,) of the next token after `token` at position t, through the KV caches."""
+        x = self.wte(token.view(1, 1))
+        if self.wpe is not None:
+            x = x + self.wpe.weight[t:t + 1].view(1, 1, -1)
+        for block, (kc, vc) in zip(self.h, caches):
+            x = block.step(x, t, kc, vc)
+        return F.linear(self.ln_f(x), self.wte.weight).view(-1)
 
 
 def flops_per_token(n_layer, d, seq_len, vocab):
@@ -235,6 +276,48 @@ def run_setting(setting, args):
     }
 
 
+def run_decode(setting, args):
+    """Greedy decoding of one sequence with a static KV cache (preallocated to seq_len, written in
+    place): a 1-token prompt, then args.decode - 1 tokens, each one step through the model. One
+    untimed pass first (warm-up), then the timed one; tokens/s and ms/token of the decode steps."""
+    if setting not in ("eager", "sdpa", "bf16"):
+        return {"setting": setting, "skipped": "decode is timed for eager, sdpa and bf16 only"}
+    if setting == "sdpa" and not has_sdpa():
+        return {"setting": setting, "skipped": f"torch {torch.__version__} has no SDPA"}
+    n = args.decode
+    if n < 2 or n > args.seq_len:
+        raise SystemExit(f"--decode {n}: must be in [2, seq_len = {args.seq_len}]")
+    torch.manual_seed(0)
+    model = GPT(args.n_layer, args.d_model, args.n_head, args.seq_len, args.vocab, args.pos,
+                setting != "eager" and has_sdpa()).eval()
+    head_dim = args.d_model // args.n_head
+
+    def generate():
+        caches = [(torch.zeros(1, args.n_head, args.seq_len, head_dim),
+                   torch.zeros(1, args.n_head, args.seq_len, head_dim)) for _ in range(args.n_layer)]
+        token = torch.zeros((), dtype=torch.long)
+        t0 = time.perf_counter()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=setting == "bf16"):
+            token = model.step(token, 0, caches).argmax()  # the prompt's one token
+            t1 = time.perf_counter()
+            for t in range(1, n):
+                token = model.step(token, t, caches).argmax()
+        return t1 - t0, time.perf_counter() - t1
+
+    generate()
+    prefill_s, decode_s = generate()
+    return {
+        "setting": setting,
+        "mode": "decode",
+        "tokens_per_s": (n - 1) / decode_s,
+        "ms_per_token": decode_s / (n - 1) * 1e3,
+        "decode_tokens": n - 1,
+        "prefill_ms": prefill_s * 1e3,
+        "attention": "sdpa" if setting != "eager" and has_sdpa() else "manual",
+        "autocast": "bf16" if setting == "bf16" else "none",
+    }
+
+
 def read_config(path):
     """model.* keys of an attnlab config file (TOML with dotted keys or [model] tables)."""
     import tomllib
@@ -270,6 +353,9 @@ def main(argv=None):
     ap.add_argument("--adamw", choices=("auto", "fused", "foreach", "default"), default="auto",
                     help="auto: fused if this torch has it on CPU, else foreach")
     ap.add_argument("--label", default="", help="free text copied into the JSON (e.g. 'tuned')")
+    ap.add_argument("--decode", type=int, default=0,
+                    help="time greedy decoding of this many tokens (one sequence, KV cache) "
+                         "instead of the training step")
     args = ap.parse_args(argv)
     if args.config:
         cfg = read_config(args.config)
@@ -311,7 +397,7 @@ def main(argv=None):
         "LD_PRELOAD": os.environ.get("LD_PRELOAD"),
     }
     for s in settings:
-        result = run_setting(s, args)
+        result = run_decode(s, args) if args.decode else run_setting(s, args)
         result.update(env)
         result["libraries"] = loaded_libraries()
         print(json.dumps(result), flush=True)
