@@ -41,14 +41,14 @@ namespace detail {
 extern std::atomic<bool> onednn_executing;
 }
 
-// Narrow products with a transposed first operand (every dW, the LM head's dE when it is not
-// transposed first) walk their operands' rows, ld floats apart. When ld is a multiple of 4 KiB
-// (1024 floats) and the product is narrow (at most 256 on the other side), oneDNN 2.6's AVX2 path
-// runs them at about half speed: rows that far apart share L1 cache sets (measured with
-// bench/gemm_bench.cpp, docs/performance.md "Rows 4 KiB apart"). gemm(float) then copies each such
-// operand, 512 rows of K at a time, into rows 16 floats longer and multiplies the copies, adding
-// the slabs' products into C. `automatic` does so on CPUs without AVX-512 (where it was measured);
-// the choice is fixed per machine, so runs are reproducible. Tests and gemm_bench force either form.
+// Narrow products with a transposed first operand (every dW, the LM head's dE) walk their
+// operands' rows, ld floats apart. When ld is a multiple of 4 KiB (1024 floats) and the product is
+// narrow (at most 256 on the other side), oneDNN 2.6's AVX2 path runs them at about half speed:
+// rows that far apart share L1 cache sets (measured with bench/gemm_bench.cpp; docs/performance.md,
+// "The cause: rows 4 KiB apart"). gemm(float) then copies each such operand, 512 rows of K at a
+// time, into rows 16 floats longer and multiplies the copies, adding the slabs' products into C.
+// `automatic` does so on CPUs without AVX-512 (where it was measured); the choice is fixed per
+// machine, so runs are reproducible. Tests and gemm_bench force either form.
 enum class GemmStridedCopies { automatic, always, never };
 void set_gemm_strided_copies(GemmStridedCopies mode);
 bool gemm_strided_copies_active();

@@ -34,7 +34,8 @@ TEST(Gemm, EmptyInnerDimensionScalesC) {
 // each of its K products through at most K − 1 additions inside the slabs, one scaling by alpha, one
 // addition to beta·c (itself rounded once) and one addition per later slab, so with u = 2⁻²⁴ and
 // n = K + 3 + slabs it lies within γ_n·(|alpha|·Σ_k |a_mk·b_kn| + |beta·c_mn|) of the exact value,
-// γ_n = n·u / (1 − n·u) (Higham, the error of a recursively or blockwise summed dot product).
+// γ_n = n·u / (1 − n·u): the standard bound for a dot product summed in any order, each term
+// having passed through at most n roundings.
 TEST(Gemm, StridedCopiesWithinTheSummationBound) {
   struct Case { int M, N, K, lda, ldb; };
   const Case cases[] = {
