@@ -5,9 +5,9 @@
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/release/gemm_bench   to see its best case)
 // With -DATTNLAB_MKL_ROOT=DIR at configure time (an unpacked PyPI `mkl` + `mkl-include`, see
 // docs/performance.md) a third column times MKL's cblas_sgemm through its GNU OpenMP layer.
-// The oneDNN column runs gemm() as the training step does on this CPU; "direct" forces its
-// strided copies off and "copies" forces them on (core/gemm.h: products with a transposed first
-// operand whose rows lie a multiple of 4 KiB apart), so one run shows what they are worth here.
+// gemm() (oneDNN) runs twice per product: "direct" with its strided copies forced off, "copies"
+// forced on (core/gemm.h: products with a transposed first operand whose rows lie a multiple of
+// 4 KiB apart); the header says which of the two training uses on this CPU.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -58,17 +58,16 @@ int main() {
   }
   std::printf("threads: %d; GFLOP/s, median of 15 alternating repeats; strided copies %s here\n", omp_threads(),
               gemm_strided_copies_active() ? "on" : "off");
-  std::printf("| product | M×N×K | oneDNN | oneDNN direct | oneDNN copies | OpenBLAS | MKL |\n"
-              "|---|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| product | M×N×K | oneDNN direct | oneDNN copies | OpenBLAS | MKL |\n"
+              "|---|---|---:|---:|---:|---:|\n");
   for (const Shape& s : shapes) {
     const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
-    std::vector<double> t_dnnl, t_direct, t_copies, t_blas, t_mkl;
+    std::vector<double> t_direct, t_copies, t_blas, t_mkl;
     for (int rep = 0; rep < 17; ++rep) {
-      const GemmStridedCopies modes[3] = {GemmStridedCopies::automatic, GemmStridedCopies::never,
-                                          GemmStridedCopies::always};
-      std::vector<double>* times[3] = {&t_dnnl, &t_direct, &t_copies};
+      const GemmStridedCopies modes[2] = {GemmStridedCopies::never, GemmStridedCopies::always};
+      std::vector<double>* times[2] = {&t_direct, &t_copies};
       Timer t;
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < 2; ++m) {
         set_gemm_strided_copies(modes[m]);
         t.reset();
         gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
@@ -89,8 +88,8 @@ int main() {
 #endif
     }
     const double flops = 2.0 * s.M * s.N * s.K;
-    std::printf("| %s | %d×%d×%d | %.0f | %.0f | %.0f | ", s.what, s.M, s.N, s.K, flops / median(t_dnnl) / 1e9,
-                flops / median(t_direct) / 1e9, flops / median(t_copies) / 1e9);
+    std::printf("| %s | %d×%d×%d | %.0f | %.0f | ", s.what, s.M, s.N, s.K, flops / median(t_direct) / 1e9,
+                flops / median(t_copies) / 1e9);
     if (t_blas.empty()) std::printf("n/a | ");
     else std::printf("%.0f | ", flops / median(t_blas) / 1e9);
     if (t_mkl.empty()) std::printf("n/a |\n");

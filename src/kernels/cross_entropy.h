@@ -31,9 +31,11 @@ namespace attnlab::kernels {
 // at V = 8192. The measurements are in the bench's header comment.
 inline constexpr int lm_head_default_chunk_rows = 1024;
 
-// Elements of T the scratch must hold: the (chunk_rows,V) logits/dlogits block and chunk_rows row
+// Elements of T the scratch must hold: the (chunk_rows,V) logits/dlogits block plus chunk_rows row
 // losses (kept so the returned sum is added in a fixed order, hence reproducible bit for bit).
-inline size_t lm_head_scratch_size(int chunk_rows, int V) { return (size_t)chunk_rows * (size_t)V + (size_t)chunk_rows; }
+inline size_t lm_head_scratch_size(int chunk_rows, int V) {
+  return (size_t)chunk_rows * (size_t)V + (size_t)chunk_rows;
+}
 
 // Number of targets that contribute to the loss (target >= 0): the caller's mean and grad_scale
 // divide by this (summed over micro-batches when accumulating gradients).

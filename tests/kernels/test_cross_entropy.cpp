@@ -53,9 +53,8 @@ TEST(CrossEntropy, FusedMatchesNaiveFloat) {
     std::vector<float> dx_ref((size_t)N * C), losses_ref(N);
     auto dwte_ref = dwte;
     std::vector<float> scratch(lm_head_scratch_size(chunk, V));
-    const double sum =
-        lm_head_ce_forward_backward(dx.data(), dwte.data(), losses.data(), x.data(), wte.data(), pb.targets.data(), N, C,
-                                    V, scale, scratch.data(), chunk);
+    const double sum = lm_head_ce_forward_backward(dx.data(), dwte.data(), losses.data(), x.data(), wte.data(),
+                                                   pb.targets.data(), N, C, V, scale, scratch.data(), chunk);
     const double sum_ref = lm_head_ce_naive(dx_ref.data(), dwte_ref.data(), losses_ref.data(), x.data(), wte.data(),
                                             pb.targets.data(), N, C, V, scale);
     EXPECT_NEAR(sum, sum_ref, 5e-6 * std::abs(sum_ref)) << "chunk " << chunk;
@@ -79,8 +78,8 @@ TEST(CrossEntropy, ParameterGradientFromZero) {
   auto wte = test::random_vec<float>((size_t)V * C, 5, 0.3);
   std::vector<float> dx((size_t)N * C), dwte((size_t)V * C, 0.0f), dx_ref(dx.size()), dwte_ref(dwte.size(), 0.0f);
   std::vector<float> scratch(lm_head_scratch_size(8, V));
-  lm_head_ce_forward_backward(dx.data(), dwte.data(), (float*)nullptr, x.data(), wte.data(), pb.targets.data(), N, C,
-                              V, 1.0f, scratch.data(), 8);
+  lm_head_ce_forward_backward(dx.data(), dwte.data(), (float*)nullptr, x.data(), wte.data(), pb.targets.data(), N,
+                              C, V, 1.0f, scratch.data(), 8);
   lm_head_ce_naive(dx_ref.data(), dwte_ref.data(), (float*)nullptr, x.data(), wte.data(), pb.targets.data(), N, C, V,
                    1.0f);
   EXPECT_LT(test::max_rel_diff(dwte, dwte_ref), 5e-6);
