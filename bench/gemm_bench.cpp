@@ -48,6 +48,9 @@ int main() {
       {"head fwd  X·Eᵀ", false, true, 512, 8192, 256, 0.f},
       {"head dX   dL·E", false, false, 512, 256, 8192, 0.f},
       {"head dE   dLᵀ·X", true, false, 8192, 256, 512, 1.f},
+      // mHC's maps (n = 4 streams: nd = 1024, M = n² + 2n = 24 projections): x⃗·Φ and dΦᵀ = zᵀ·x⃗
+      {"mhc fwd   X·Φ", false, true, 4096, 24, 1024, 0.f},
+      {"mhc dΦ    zᵀ·X", true, false, 24, 1024, 4096, 0.f},
   };
   const size_t max_elems = size_t(8192) * 4096;
   Buffer A(max_elems * 4), B(max_elems * 4), C(max_elems * 4);

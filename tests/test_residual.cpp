@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
@@ -16,6 +17,7 @@
 #include "data/shard.h"
 #include "model/gpt.h"
 #include "model/residual/residual.h"
+#include "model/residual/streams.h"
 #include "train/trainer.h"
 
 using namespace attnlab;
@@ -455,6 +457,68 @@ TEST(Streams, MhcUniformReadNeverBreaksSymmetry) {
     // init move the streams apart only a little): nine orders of magnitude.
     if (uniform) EXPECT_LT(max_res_grad, 1e-17) << "uniform bpre: the streams must stay identical";
     else EXPECT_GT(max_res_grad, 1e-13) << "home-stream init: the streams must differ after one update";
+  }
+}
+
+// The mHC backward's two blocked float kernels (streams.h: register blocks of 2 vectors of columns,
+// rows and projections in blocks of 4, a scalar tail) against plain double sums, on shapes with
+// partial blocks everywhere. Bound: each output is a float sum of n products of float inputs, so
+// |float − exact| ≤ γ_n·Σ|terms| with γ_n = n·u/(1 − n·u), u = 2^-24, in any summation order and
+// with or without fused multiply-adds (the standard bound for recursive summation of rounded
+// products); n counts every product and every addition into the result (the add to the existing
+// value, and for project_back the k·x term and k's own float dot over P terms, below). A wrong index,
+// a dropped tail or a stale block gives errors of the size of the terms, far above γ_n·Σ|terms|.
+TEST(Streams, BlockedKernelsMatchDoubleSums) {
+  const double u = std::ldexp(1.0, -24);
+  auto gamma = [&](double n) { return n * u / (1 - n * u); };
+  for (auto [rows, P, C] : {std::tuple{16, 24, 1024}, std::tuple{5, 7, 77}, std::tuple{3, 4, 16}, std::tuple{9, 6, 40}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows << " P " << P << " C " << C);
+    const auto x = test::random_vec<float>((size_t)rows * C, 1), zs = test::random_vec<float>((size_t)rows * P, 2),
+               a = test::random_vec<float>((size_t)rows * P, 3), acc0 = test::random_vec<float>((size_t)P * (C + 3), 4),
+               dx0 = test::random_vec<float>((size_t)rows * C, 5), rstd = test::random_vec<float>(rows, 6, 0.3);
+    const auto WT = test::random_vec<float>((size_t)P * (C + 3), 7);
+    const size_t ld = C + 3;  // a stride with a tail, as the callers' padded ones
+    // add_outer_rows: acc (P, C at ld) += zsᵀ·x over the rows.
+    std::vector<float> acc = acc0, pack((size_t)rows * C);
+    streams::add_outer_rows(acc.data(), ld, zs.data(), x.data(), 0, rows, P, C, pack.data());
+    double worst = 0;
+    for (int j = 0; j < P; ++j)
+      for (int c = 0; c < C; ++c) {
+        double exact = acc0[j * ld + c], mag = std::abs(exact);
+        for (int r = 0; r < rows; ++r) {
+          exact += double(zs[r * P + j]) * x[r * C + c];
+          mag += std::abs(double(zs[r * P + j]) * x[r * C + c]);
+        }
+        worst = std::max(worst, std::abs(acc[j * ld + c] - exact) / (gamma(rows + 1) * mag + 1e-300));
+      }
+    EXPECT_LT(worst, 1.0) << "add_outer_rows: worst error / bound";
+    // project_back_rms_ng_rows: dx += zs·Wᵀ − k·x, k = rstd·(zs·a)/C, rows 1..rows−1 (a start inside
+    // a block of four).
+    std::vector<float> dx = dx0;
+    streams::project_back_rms_ng_rows(dx.data(), zs.data(), a.data(), WT.data(), ld, x.data(), rstd.data(), 1, rows, P, C);
+    worst = 0;
+    for (int c = 0; c < C; ++c) EXPECT_EQ(dx[c], dx0[c]) << "row 0 is outside the range";
+    for (int r = 1; r < rows; ++r) {
+      double dot = 0, dot_mag = 0;
+      for (int j = 0; j < P; ++j) {
+        dot += double(zs[r * P + j]) * a[r * P + j];
+        dot_mag += std::abs(double(zs[r * P + j]) * a[r * P + j]);
+      }
+      const double k = rstd[r] * dot / C;
+      // k in float errs by at most γ_{P+2}·|rstd|·dot_mag/C (the dot, then two roundings); that error
+      // times |x| joins each output's bound.
+      const double k_err = gamma(P + 2) * std::abs(double(rstd[r])) * dot_mag / C;
+      for (int c = 0; c < C; ++c) {
+        double exact = double(dx0[r * C + c]) - k * x[r * C + c], mag = std::abs(double(dx0[r * C + c])) + std::abs(k * x[r * C + c]);
+        for (int j = 0; j < P; ++j) {
+          exact += double(zs[r * P + j]) * WT[j * ld + c];
+          mag += std::abs(double(zs[r * P + j]) * WT[j * ld + c]);
+        }
+        const double bound = gamma(P + 2) * mag + k_err * std::abs(double(x[r * C + c]));
+        worst = std::max(worst, std::abs(dx[r * C + c] - exact) / (bound + 1e-300));
+      }
+    }
+    EXPECT_LT(worst, 1.0) << "project_back_rms_ng_rows: worst error / bound";
   }
 }
 

@@ -47,34 +47,7 @@ inline int lm_head_count_targets(const int32_t* targets, int N) {
 
 namespace ce_detail {
 
-// e^x for x <= 0 (logits after the max is subtracted), written so the compiler vectorizes it
-// (glibc's expf does not vectorize without -ffast-math). Range reduction x = n·ln2 + r with
-// |r| <= ln2/2, then a degree-7 Taylor polynomial (truncation < 5e-9 relative) and 2^n built in the
-// exponent bits. Max relative error vs double exp over [-87, 0]: 7.9e-8, under one float ulp
-// (test ExpNonPositive).
-// Inputs below −87.3 (where 2^n would leave the normal range) give exactly 0.
-inline float exp_nonpositive(float x) {
-  constexpr float lo = -87.3f;
-  constexpr float log2e = 1.44269504088896341f;
-  constexpr float ln2_hi = 0.693145751953125f;     // ln2 rounded to 16 bits: n·ln2_hi is exact
-  constexpr float ln2_lo = 1.42860682030941723e-6f;
-  // Adding 1.5·2^23 rounds x·log2e to the nearest integer n and leaves n in the low mantissa bits,
-  // so n is read back with integer ops only (a float→int cast of NaN would be undefined behaviour).
-  constexpr float shifter = 0x1.8p23f;
-  const float t = x * log2e + shifter;
-  const float n = t - shifter;
-  const float r = (x - n * ln2_hi) - n * ln2_lo;
-  const float p = exp_reduced_poly(r);
-  // n + 127, in [1, 127] for x >= lo (other x are replaced by 0 below).
-  const uint32_t biased = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(shifter) + 127u;
-  const float two_n = std::bit_cast<float>(biased << 23);
-  // Underflow (x < lo) is zeroed with a bit mask: clamping x or a ?: select lets GCC fold that path
-  // to a constant and branch on it, which stops the loop from vectorizing (measured 6x slower).
-  // NaN compares false, so !(x < lo) keeps it: a diverged run still reports a NaN loss.
-  const uint32_t keep = 0u - (uint32_t)!(x < lo);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * two_n) & keep);
-}
-inline double exp_nonpositive(double x) { return std::exp(x); }
+using kernels::exp_nonpositive;  // kernels/math.h
 
 template <class T>
 T row_max(const T* row, int V) {

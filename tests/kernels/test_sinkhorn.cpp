@@ -99,8 +99,8 @@ TEST(Sinkhorn, BatchedMatchesPerMatrix) {
           dout[k * G + g] = d0[g * nn + k];
         }
       m = logits;
-      sinkhorn_forward_batch(m.data(), n, iters, G);
-      sinkhorn_backward_batch(dl.data(), dout.data(), logits.data(), n, iters, G, work.data());
+      sinkhorn_forward_batch(m.data(), n, iters);
+      sinkhorn_backward_batch(dl.data(), dout.data(), logits.data(), n, iters, work.data());
       std::vector<double> one(nn), grad(nn, 0.5), w1(sinkhorn_work_size(n, iters));
       double worst_f = 0, worst_b = 0;
       for (int g = 0; g < G; ++g) {

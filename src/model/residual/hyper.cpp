@@ -280,7 +280,7 @@ class Hyper final : public Residual<T> {
         for (int j = 0; j < P_; ++j) z[r * P_ + j] *= rstd[(size_t)i * n + r];  // rstd∘z for the GEMM and below
       }
       // dX += RMSNorm_ng backward of z·Wᵀ for this token's n rows, while they are in cache.
-      streams::project_back_rms_ng_rows(dX, s.z, s.pre[l], s.pack, X, rstd, (size_t)i * n, (size_t)(i + 1) * n, P_, C_);
+      streams::project_back_rms_ng_rows(dX, s.z, s.pre[l], s.pack, (size_t)C_, X, rstd, (size_t)i * n, (size_t)(i + 1) * n, P_, C_);
       pt[2 * n + n * n] = ds_beta;
       pt[2 * n + n * n + 1] = ds_alpha;
     }

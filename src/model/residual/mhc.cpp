@@ -7,10 +7,18 @@
 // h(l) = (l−1) mod n and of (1−home_weight)/(n−1) elsewhere, bres = ln(res_diag(n−1)/(1−res_diag))·I:
 // rows of Hres and Hpre sum to 1 and Hpost = 1, so every stream equals the standard residual stream.
 //
-// One GEMM computes all three projections: Φ packed per call, transposed, as [Φpre | Φpost | Φres]ᵀ
-// (M × nd), M = n² + 2n, and x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per
-// token); the backward [Derived, §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres,
-// forms dΦᵀ = zᵀx⃗ by a GEMM and the state's gradient in one fused pass (streams.h).
+// The three projections are one product x⃗·[Φpre | Φpost | Φres] (M = n² + 2n columns), and
+// x̂Φ = rstd∘(x⃗Φ). Saved per sublayer: x̂Φ and the maps (2M floats per token); the backward [Derived,
+// §5.3] recomputes the Sinkhorn iterates from H̃res = αres·x̂Φres + bres.
+//
+// The state is n times the residual stream (16 MB per sublayer at the bench shape, n = 4), so the
+// cost of this kind is mostly passes over it; each pass does as much as it can per group of G = 16
+// tokens while their rows are in cache (kernels in streams.h, measured in docs/performance.md):
+//   forward, write(l): X_l = Hres X_{l−1} + Hpost o, its 1/ρ, then all of read(l+1) — x⃗Φ, the maps
+//     (the Sinkhorn iterations SIMD across the group), u = Σ_s Hpre_s X_s — on the rows just written;
+//   backward, read_backward(l): dX_{l−1} through the maps and the norm, dΦᵀ += zᵀx⃗ (per-thread
+//     slices, added in thread order), and the next branch's do = Σ_s Hpost_s dX_s of sublayer l − 1.
+// Only read(1) and the first branch_grad make passes of their own.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,7 +26,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/gemm.h"
 #include "kernels/depth_attention.h"
 #include "kernels/sinkhorn.h"
 #include "model/residual/residual.h"
@@ -35,12 +42,14 @@ struct MhcState : ResidualState {
   std::vector<T*> X;               // 2L+1 states (N, n·d); inference: two, alternating
   std::vector<T*> rstd, proj, H;   // per sublayer: 1/ρ (N), x̂Φ (N, M), [Hpre | Hpost | Hres] (N, M)
   std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
-  T *final_out = nullptr, *pack = nullptr;
+  T *final_out = nullptr, *pack = nullptr, *phi = nullptr;
   // backward
   T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
-    *dpack = nullptr, *sums = nullptr, *work = nullptr;
+    *dpack = nullptr, *xpack = nullptr, *sums = nullptr, *work = nullptr;
   std::vector<const T*> patch;  // §8.5 diagnostics: [l·n + s] replaces stream s's share of read l (l = 2L+1: read-out)
   int cur = 0, threads = 0;
+  int read_ready = 0;  // the sublayer whose read write() already did (0: none)
+  int dout_ready = 0;  // the sublayer whose do = Σ_s Hpost_s dX′_s read_backward already left in dout (0: none)
 };
 
 template <class T>
@@ -117,7 +126,8 @@ class Mhc final : public Residual<T> {
     }
     s.final_out = arena.template take<T>(rows * C_);
     s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
-    s.pack = arena.template take<T>((size_t)nd_ * M_);
+    s.pack = arena.template take<T>((size_t)ld_pack_ * M_);
+    s.phi = arena.template take<T>((size_t)nd_ * ld_phi_);
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd_);
       s.dX[1] = arena.template take<T>(rows * nd_);
@@ -125,57 +135,34 @@ class Mhc final : public Residual<T> {
       s.dout = arena.template take<T>(rows * C_);
       s.z = arena.template take<T>(rows * M_);
       s.per_token = arena.template take<T>(rows * (M_ + 3));
-      s.dpack = arena.template take<T>((size_t)nd_ * M_);
       s.sums = arena.template take<T>(M_ + 3);
       // Sinkhorn backward work, one slice per thread (the backward loop runs on at most s.threads).
       if (!arena.committed()) s.threads = omp_get_max_threads();
       s.work = arena.template take<T>((size_t)s.threads * work_per_thread());
+      s.dpack = arena.template take<T>((size_t)s.threads * M_ * ld_pack_);  // each thread's dΦᵀ (M × nd at ld_pack_)
+      s.xpack = arena.template take<T>((size_t)s.threads * kernels::kSinkhornMaxGroup * nd_);  // add_outer_rows' copy of a group
     }
     if (!arena.committed()) s.bytes = arena.planned() - before;
   }
 
   T* embedding(ResidualState& rs) const override { return st(rs).e; }
   void begin(ResidualState& rs, int N) const override {
+    st(rs).read_ready = 0;
     streams::expand(st(rs).X[0], st(rs).e, N, n_, C_);
     kernels::rms_inverse(st(rs).rstd[1], st(rs).X[0], N, nd_);  // later 1/ρ come from write() (below)
   }
 
   const T* read(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
-    const Params& p = p_[l];
-    const T* X = s.X[l - 1];
-    T *rstd = s.rstd[l], *proj = s.proj[l], *H = s.H[l], *h = s.h[l];
+    T *H = s.H[l], *h = s.h[l];
     const int n = n_;
-    pack(s.pack, p);  // rstd = 1/ρ of X was computed when X was written
-    gemm(false, true, N, M_, nd_, T(1), X, nd_, s.pack, nd_, T(0), proj, M_);
-    const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
-    // Groups of G tokens: the Sinkhorn iterations run as SIMD across the group (kernels/sinkhorn.h).
-    constexpr int G = kernels::kSinkhornMaxGroup;
+    if (s.read_ready != l) {  // else write(l − 1) did it, group by group, while the state's rows were in cache
+      pack_rows(s.phi, p_[l]);
+      constexpr int G = kernels::kSinkhornMaxGroup;
 #pragma omp parallel for schedule(static)
-    for (int i0 = 0; i0 < N; i0 += G) {
-      const int count = std::min(G, N - i0);
-      T logits[kMaxStreams * kMaxStreams * G];
-      for (int g = 0; g < G; ++g) {
-        const int i = i0 + std::min(g, count - 1);  // a short last group repeats its last token
-        T* q = proj + (size_t)i * M_;
-        T* Hi = H + (size_t)i * M_;
-        if (g < count) {
-          for (int j = 0; j < M_; ++j) q[j] *= rstd[i];  // x̂Φ = rstd∘(x⃗Φ)
-          for (int s2 = 0; s2 < n; ++s2) {
-            Hi[s2] = T(1) / (T(1) + std::exp(-(a_pre * q[s2] + p.b_pre[s2])));
-            Hi[n + s2] = T(2) / (T(1) + std::exp(-(a_post * q[n + s2] + p.b_post[s2])));
-          }
-        }
-        for (int k = 0; k < n * n; ++k) logits[k * G + g] = a_res * q[2 * n + k] + p.b_res[k];
-      }
-      kernels::sinkhorn_forward_batch(logits, n, iters_, G);
-      for (int g = 0; g < count; ++g) {
-        const int i = i0 + g;
-        T* Hi = H + (size_t)i * M_;
-        for (int k = 0; k < n * n; ++k) Hi[2 * n + k] = logits[k * G + g];
-        streams::combine(h + (size_t)i * C_, Hi, X + (size_t)i * nd_, C_, n, C_);  // u = Σ_s Hpre_s X_s
-      }
+      for (int i0 = 0; i0 < N; i0 += G) read_group(s, l, i0, std::min(G, N - i0));
     }
+    const T* X = s.X[l - 1];
     for (int s2 = 0; s2 < n; ++s2)  // §8.5 diagnostics: a patched stream's share Hpre_s·X_s
       if (const T* P = s.patch[(size_t)l * n + s2])
         streams::patch_contribution(h, P, X, s2, N, n, C_, [&](int i) { return H[(size_t)i * M_ + s2]; });
@@ -186,16 +173,24 @@ class Mhc final : public Residual<T> {
     auto& s = st(rs);
     const T *X = s.X[l - 1], *H = s.H[l], *o = s.o[l];
     T* Xn = s.X[l];
-    T* rstd_next = l < L2_ ? s.rstd[l + 1] : nullptr;  // sublayer l+1's 1/ρ, while the row is in cache
+    const bool next = l < L2_;  // then sublayer l+1's read runs here, on each group's rows while they are in cache
+    T* rstd_next = next ? s.rstd[l + 1] : nullptr;
     const int n = n_;
+    if (next) pack_rows(s.phi, p_[l + 1]);
+    constexpr int G = kernels::kSinkhornMaxGroup;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; ++i) {
-      const T* Hi = H + (size_t)i * M_;
-      const T* oi = o + (size_t)i * C_;
-      for (int s2 = 0; s2 < n; ++s2)  // X′_s = Σ_u Hres_su X_u + Hpost_s o
-        streams::combine(Xn + (size_t)i * nd_ + (size_t)s2 * C_, Hi + 2 * n + s2 * n, X + (size_t)i * nd_, C_, n, C_, oi, Hi[n + s2]);
-      if (rstd_next) rstd_next[i] = streams::inv_rms(Xn + (size_t)i * nd_, nd_);
+    for (int i0 = 0; i0 < N; i0 += G) {
+      const int count = std::min(G, N - i0);
+      for (int i = i0; i < i0 + count; ++i) {
+        const T* Hi = H + (size_t)i * M_;
+        const T* oi = o + (size_t)i * C_;
+        for (int s2 = 0; s2 < n; ++s2)  // X′_s = Σ_u Hres_su X_u + Hpost_s o
+          streams::combine(Xn + (size_t)i * nd_ + (size_t)s2 * C_, Hi + 2 * n + s2 * n, X + (size_t)i * nd_, C_, n, C_, oi, Hi[n + s2]);
+        if (next) rstd_next[i] = streams::inv_rms(Xn + (size_t)i * nd_, nd_);
+      }
+      if (next) read_group(s, l + 1, i0, count);
     }
+    s.read_ready = next ? l + 1 : 0;
   }
   const T* read_out(ResidualState& rs, int N) const override {
     auto& s = st(rs);
@@ -227,10 +222,12 @@ class Mhc final : public Residual<T> {
   void read_out_backward(ResidualState& rs, int N) const override {
     auto& s = st(rs);
     s.cur = 0;
+    s.dout_ready = 0;
     streams::broadcast(s.dX[0], s.dh, N, n_, C_);
   }
   const T* branch_grad(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
+    if (s.dout_ready == l) return s.dout;  // formed by read_backward(l + 1) while dX′ was in cache
     const T *dXn = s.dX[s.cur], *H = s.H[l];
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i)  // do = Σ_s Hpost_s dX′_s
@@ -252,9 +249,16 @@ class Mhc final : public Residual<T> {
     const size_t wpt = work_per_thread();
     constexpr int G = kernels::kSinkhornMaxGroup;
     pack(s.pack, p);  // Φᵀ of this sublayer (the pack is shared by all sublayers)
+    const T* H_prev = l >= 2 ? s.H[l - 1] : nullptr;
+    int team = 1;
 #pragma omp parallel num_threads(std::min(s.threads, omp_get_max_threads()))
     {
-      T* work = s.work + (size_t)omp_get_thread_num() * wpt;
+      const int tid = omp_get_thread_num();
+      if (tid == 0) team = omp_get_num_threads();
+      T* work = s.work + (size_t)tid * wpt;
+      T* dWT = s.dpack + (size_t)tid * M_ * ld_pack_;  // this thread's share of dΦᵀ = zᵀ·x⃗
+      T* xpack = s.xpack + (size_t)tid * G * nd_;
+      std::fill(dWT, dWT + (size_t)M_ * ld_pack_, T(0));
 #pragma omp for schedule(static)
       for (int i0 = 0; i0 < N; i0 += G) {
         const int count = std::min(G, N - i0);
@@ -292,7 +296,7 @@ class Mhc final : public Residual<T> {
             streams::combine(dX + (size_t)i * nd_ + (size_t)u * C_, row, gi, C_, n, C_, dui, Hi[u]);
           }
         }
-        kernels::sinkhorn_backward_batch(dlogits, dHres, logits, n, iters_, G, work);
+        kernels::sinkhorn_backward_batch(dlogits, dHres, logits, n, iters_, work);
         for (int g = 0; g < count; ++g) {
           const int i = i0 + g;
           const T* q = proj + (size_t)i * M;
@@ -312,7 +316,13 @@ class Mhc final : public Residual<T> {
           for (int j = 0; j < M; ++j) z[j] = rstd[i] * (j < n ? a_pre : j < 2 * n ? a_post : a_res) * pt[j];
         }
         // dX += RMSNorm_ng backward of z·Φᵀ for this group's tokens, while they are in cache.
-        streams::project_back_rms_ng_rows(dX, s.z, proj, s.pack, X, rstd, (size_t)i0, (size_t)(i0 + count), M, nd_);
+        streams::project_back_rms_ng_rows(dX, s.z, proj, s.pack, ld_pack_, X, rstd, (size_t)i0, (size_t)(i0 + count), M, nd_);
+        streams::add_outer_rows(dWT, ld_pack_, s.z, X, (size_t)i0, (size_t)(i0 + count), M, nd_, xpack);
+        if (H_prev)  // the next branch_grad's do = Σ_s Hpost_s dX_s of sublayer l − 1, these rows being final
+          for (int g = 0; g < count; ++g) {
+            const size_t i = (size_t)(i0 + g);
+            streams::combine(s.dout + i * C_, H_prev + i * M + n, dX + i * nd_, C_, n, C_);
+          }
       }
     }
     std::memset(s.sums, 0, sizeof(T) * cols);
@@ -322,9 +332,9 @@ class Mhc final : public Residual<T> {
     *g.alpha_pre += s.sums[M];
     *g.alpha_post += s.sums[M + 1];
     *g.alpha_res += s.sums[M + 2];
-    gemm(true, false, M, nd_, N, T(1), s.z, M, X, nd_, T(0), s.dpack, nd_);
-    unpack_add(g, s.dpack);
+    unpack_add(g, s.dpack, team);
     s.cur = 1 - s.cur;
+    s.dout_ready = l - 1;
   }
   const T* embedding_grad(ResidualState& rs, int N) const override {
     auto& s = st(rs);
@@ -337,31 +347,90 @@ class Mhc final : public Residual<T> {
   static MhcState<T>& st(ResidualState& s) { return static_cast<MhcState<T>&>(s); }
   static const MhcState<T>& cst(const ResidualState& s) { return static_cast<const MhcState<T>&>(s); }
   size_t work_per_thread() const { return kernels::sinkhorn_work_size(n_, iters_) * kernels::kSinkhornMaxGroup; }
-  // Φᵀ = [Φpre | Φpost | Φres]ᵀ (M × nd): the projections' weights as rows, for both GEMMs and the fused backward.
+  // Φᵀ = [Φpre | Φpost | Φres]ᵀ (M × nd, rows ld_pack_ apart): the projections' weights as rows, for
+  // the fused backward.
   void pack(T* WT, const Params& p) const {
     const int n = n_;
+    const size_t ld = ld_pack_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < nd_; ++r) {
       for (int k = 0; k < n; ++k) {
-        WT[(size_t)k * nd_ + r] = p.phi_pre[(size_t)r * n + k];
-        WT[(size_t)(n + k) * nd_ + r] = p.phi_post[(size_t)r * n + k];
+        WT[(size_t)k * ld + r] = p.phi_pre[(size_t)r * n + k];
+        WT[(size_t)(n + k) * ld + r] = p.phi_post[(size_t)r * n + k];
       }
-      for (int k = 0; k < n * n; ++k) WT[(size_t)(2 * n + k) * nd_ + r] = p.phi_res[(size_t)r * n * n + k];
+      for (int k = 0; k < n * n; ++k) WT[(size_t)(2 * n + k) * ld + r] = p.phi_res[(size_t)r * n * n + k];
     }
   }
-  void unpack_add(const Params& g, const T* dWT) const {
+  // Sublayer l's read for the tokens i0..i0+count (count ≤ G): x⃗Φ, the maps H and u = Σ_s Hpre_s X_s.
+  // Groups of G tokens: the Sinkhorn iterations run as SIMD across the group (kernels/sinkhorn.h).
+  // Needs Φ packed by pack_rows and 1/ρ of the state's rows (computed when the state was written).
+  void read_group(MhcState<T>& s, int l, int i0, int count) const {
+    constexpr int G = kernels::kSinkhornMaxGroup;
+    const Params& p = p_[l];
+    const T* X = s.X[l - 1];
+    T *rstd = s.rstd[l], *proj = s.proj[l], *H = s.H[l], *h = s.h[l];
+    const int n = n_;
+    const T a_pre = *p.alpha_pre, a_post = *p.alpha_post, a_res = *p.alpha_res;
+    T logits[kMaxStreams * kMaxStreams * G];
+    streams::project_rows(proj + (size_t)i0 * M_, X + (size_t)i0 * nd_, s.phi, ld_phi_, 0, (size_t)count, M_, nd_);  // x⃗Φ
+    for (int g = 0; g < G; ++g) {
+      const int i = i0 + std::min(g, count - 1);  // a short last group repeats its last token
+      T* q = proj + (size_t)i * M_;
+      T* Hi = H + (size_t)i * M_;
+      if (g < count) {
+        for (int j = 0; j < M_; ++j) q[j] *= rstd[i];  // x̂Φ = rstd∘(x⃗Φ)
+        for (int s2 = 0; s2 < n; ++s2) {
+          Hi[s2] = T(1) / (T(1) + std::exp(-(a_pre * q[s2] + p.b_pre[s2])));
+          Hi[n + s2] = T(2) / (T(1) + std::exp(-(a_post * q[n + s2] + p.b_post[s2])));
+        }
+      }
+      for (int k = 0; k < n * n; ++k) logits[k * G + g] = a_res * q[2 * n + k] + p.b_res[k];
+    }
+    kernels::sinkhorn_forward_batch(logits, n, iters_);
+    for (int g = 0; g < count; ++g) {
+      const int i = i0 + g;
+      T* Hi = H + (size_t)i * M_;
+      for (int k = 0; k < n * n; ++k) Hi[2 * n + k] = logits[k * G + g];
+      streams::combine(h + (size_t)i * C_, Hi, X + (size_t)i * nd_, C_, n, C_);  // u = Σ_s Hpre_s X_s
+    }
+  }
+  // Φ = [Φpre | Φpost | Φres] (nd × M, rows ld_phi_ apart, zero beyond M): the forward's layout.
+  void pack_rows(T* Wr, const Params& p) const {
     const int n = n_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < nd_; ++r) {
+      T* w = Wr + (size_t)r * ld_phi_;
+      std::copy_n(p.phi_pre + (size_t)r * n, n, w);
+      std::copy_n(p.phi_post + (size_t)r * n, n, w + n);
+      std::copy_n(p.phi_res + (size_t)r * n * n, n * n, w + 2 * n);
+      std::fill(w + M_, w + ld_phi_, T(0));
+    }
+  }
+  // Φ's gradient += the threads' dΦᵀ slices, added in thread order (the same bits on every run with the
+  // same thread count).
+  void unpack_add(const Params& g, const T* dWT, int threads) const {
+    const int n = n_;
+    const size_t slice = (size_t)M_ * ld_pack_;
+    auto sum = [&](int row, int r) {
+      T v = 0;
+      for (int t = 0; t < threads; ++t) v += dWT[(size_t)t * slice + (size_t)row * ld_pack_ + r];
+      return v;
+    };
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < nd_; ++r) {
       for (int k = 0; k < n; ++k) {
-        g.phi_pre[(size_t)r * n + k] += dWT[(size_t)k * nd_ + r];
-        g.phi_post[(size_t)r * n + k] += dWT[(size_t)(n + k) * nd_ + r];
+        g.phi_pre[(size_t)r * n + k] += sum(k, r);
+        g.phi_post[(size_t)r * n + k] += sum(n + k, r);
       }
-      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += dWT[(size_t)(2 * n + k) * nd_ + r];
+      for (int k = 0; k < n * n; ++k) g.phi_res[(size_t)r * n * n + k] += sum(2 * n + k, r);
     }
   }
 
   int L2_, C_, n_, nd_, M_, iters_;
+  // The pack's row stride: nd plus 16 (64 bytes), so that its rows do not all fall in one L1 set when
+  // nd·4 bytes is a multiple of 4 KiB (n = 4, d = 256: the fused backward reads 24 of them per block).
+  size_t ld_pack_ = (size_t)nd_ + 16;
+  size_t ld_phi_ = (size_t)(M_ + streams::kProjectBlock<T> - 1) / streams::kProjectBlock<T> * streams::kProjectBlock<T>;
   ResidualConfig rc_;
   std::vector<Params> p_, g_;  // index l = 1..2L
 };

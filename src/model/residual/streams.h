@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "kernels/math.h"
+
 namespace attnlab::streams {
 
 // out[c] += Σ_i rows[i·ld + c] for c < M: per-token parameter-gradient contributions summed over
@@ -27,57 +29,149 @@ void add_column_sums(T* out, const T* rows, int N, int M, int ld) {
   }
 }
 
-// The maps' backward into the state, in one pass per row (§0, §5.2, §5.3): with the forward
-// a = rstd·(x·W) (rows, P) of the projection W (C, P), and zs = rstd·dL/da (rows, P), it adds
-// RMSNorm_ng's backward of dx̄ = dL/da·Wᵀ:
-//   dx += (dx̄ − x̄(x̄·dx̄)/C)·rstd = zs·Wᵀ − k·x,  k = rstd²·(x·(zs·Wᵀ))/C = rstd·(zs·a)/C,
-// so x·Y needs no second pass over the row (x·Wᵀ's columns are a/rstd). WT (P, C) is W transposed.
-// dx, x (rows, C); rstd (rows). Replaces a (rows, P)×(P, C) GEMM (K = P ≤ 24, memory-bound, and
-// a full write and re-read of its output) followed by a separate norm backward.
+// out (rows, P) = x·W for the rows r0..r1 of x (rows, C) and W (C, ld_w), ld_w a multiple of
+// 3 vectors (kProjectBlock) with columns beyond P zero: mHC's forward projections per group of
+// tokens, while the rows are in cache (one GEMM over all tokens read the whole state once more and
+// ran at about half the rate of the large products at P = 24). Blocks of 4 rows × 3 vectors of
+// columns are held in registers across C.
 template <class T>
-void project_back_rms_ng_rows(T* dx, const T* zs, const T* a, const T* WT, const T* x, const T* rstd, size_t r0, size_t r1, int P,
-                              int C) {
-  for (size_t r = r0; r < r1; ++r) {
-    T dot = 0;
-    for (int j = 0; j < P; ++j) dot += zs[r * P + j] * a[r * P + j];
-    const T k = rstd[r] * dot / T(C);
-    const T* xr = x + r * C;
-    T* d = dx + r * C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) d[c] -= k * xr[c];
-  }
-  // Four rows at a time share each row of Wᵀ (read from L2 once per four rows, not per row).
+inline constexpr int kProjectBlock = 3 * kernels::Lanes<T>::W;
+
+template <class T>
+void project_rows(T* out, const T* x, const T* Wt, size_t ld_w, size_t r0, size_t r1, int P, int C) {
+  using L = kernels::Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W;
   for (size_t r = r0; r < r1; r += 4) {
     const size_t m = std::min<size_t>(4, r1 - r);
-    T* d[4];
-    for (size_t k = 0; k < 4; ++k) d[k] = dx + (r + std::min(k, m - 1)) * C;
-    for (int j = 0; j < P; ++j) {
-      T z[4];
-      for (size_t k = 0; k < 4; ++k) z[k] = k < m ? zs[(r + k) * P + j] : T(0);
-      const T* w = WT + (size_t)j * C;
-      if (m == 4) {
-#pragma omp simd
-        for (int c = 0; c < C; ++c) {
-          d[0][c] += z[0] * w[c];
-          d[1][c] += z[1] * w[c];
-          d[2][c] += z[2] * w[c];
-          d[3][c] += z[3] * w[c];
+    const T* xr[4];
+    for (size_t i = 0; i < 4; ++i) xr[i] = x + (r + std::min(i, m - 1)) * C;  // a short block repeats its last row
+    for (int j0 = 0; j0 < P; j0 += 3 * W) {
+      V acc[4][3] = {};
+      const T* w = Wt + j0;
+      for (int c = 0; c < C; ++c, w += ld_w) {
+        const V w0 = L::load(w), w1 = L::load(w + W), w2 = L::load(w + 2 * W);
+        for (int i = 0; i < 4; ++i) {
+          const T xi = xr[i][c];
+          acc[i][0] += xi * w0;
+          acc[i][1] += xi * w1;
+          acc[i][2] += xi * w2;
         }
-      } else {
-        for (size_t k = 0; k < m; ++k)
-#pragma omp simd
-          for (int c = 0; c < C; ++c) d[k][c] += z[k] * w[c];
+      }
+      const int cols = std::min(3 * W, P - j0);
+      for (size_t i = 0; i < m; ++i) {
+        alignas(64) T row[3 * W];
+        for (int h = 0; h < 3; ++h) L::store(row + h * W, acc[i][h]);
+        std::copy(row, row + cols, out + (r + i) * P + j0);
       }
     }
   }
 }
 
+// acc (P, C; rows ld_acc apart) += zsᵀ·x over the rows r0..r1 of zs (rows, P) and x (rows, C): a
+// projection's weight gradient dWᵀ = zsᵀ·x accumulated a block of rows at a time, while the rows are
+// in cache (mHC's backward calls it per group of tokens instead of one GEMM over all of them, which
+// re-read the whole state, 16 MB per sublayer at the bench shape, at about half the rate of the
+// model's large products at its narrow shape P = 24). Blocks of 6 rows of acc × 2 vectors of columns
+// are held in registers across the rows. The rows' columns are first copied to `pack`
+// ((r1 − r0)·C entries), one block of 2 vectors after another: read in place, the rows' same columns
+// lie C·4 bytes apart, a multiple of 4 KiB at the bench shape, so they share one L1 set (measured 3x
+// slower).
 template <class T>
-void project_back_rms_ng(T* dx, const T* zs, const T* a, const T* WT, const T* x, const T* rstd, size_t rows, int P, int C) {
-  const size_t block = 16;
-#pragma omp parallel for schedule(static)
-  for (size_t r = 0; r < rows; r += block)
-    project_back_rms_ng_rows(dx, zs, a, WT, x, rstd, r, std::min(rows, r + block), P, C);
+void add_outer_rows(T* acc, size_t ld_acc, const T* zs, const T* x, size_t r0, size_t r1, int P, int C, T* pack) {
+  using L = kernels::Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W, Cols = 2 * W, J = 6;  // 6 rows of acc × 2 vectors: 12 accumulators
+  const size_t rows = r1 - r0;
+  const int blocks = C / Cols;
+  for (size_t r = 0; r < rows; ++r)
+    for (int cb = 0; cb < blocks; ++cb)
+      for (int h = 0; h < 2; ++h) L::store(pack + ((size_t)cb * rows + r) * Cols + h * W, L::load(x + (r0 + r) * C + cb * Cols + h * W));
+  for (int j0 = 0; j0 < P; j0 += J) {
+    const int mj = std::min(J, P - j0);
+    int j[J];
+    for (int i = 0; i < J; ++i) j[i] = j0 + std::min(i, mj - 1);  // a short last block repeats its last row (not stored)
+    for (int cb = 0; cb < blocks; ++cb) {
+      const int c = cb * Cols;
+      V a[J][2];
+      for (int i = 0; i < J; ++i)
+        for (int h = 0; h < 2; ++h) a[i][h] = L::load(acc + (size_t)j[i] * ld_acc + c + h * W);
+      const T* xp = pack + (size_t)cb * rows * Cols;
+      for (size_t r = 0; r < rows; ++r) {
+        const V x0 = L::load(xp + r * Cols), x1 = L::load(xp + r * Cols + W);
+        const T* z = zs + (r0 + r) * P;
+        for (int i = 0; i < J; ++i) {
+          a[i][0] += z[j[i]] * x0;
+          a[i][1] += z[j[i]] * x1;
+        }
+      }
+      for (int i = 0; i < mj; ++i)
+        for (int h = 0; h < 2; ++h) L::store(acc + (size_t)j[i] * ld_acc + c + h * W, a[i][h]);
+    }
+    for (int i = 0; i < mj; ++i)  // the last C mod 2W columns
+      for (int cc = blocks * Cols; cc < C; ++cc) {
+        T v = acc[(size_t)j[i] * ld_acc + cc];
+        for (size_t r = r0; r < r1; ++r) v += zs[r * P + j[i]] * x[r * C + cc];
+        acc[(size_t)j[i] * ld_acc + cc] = v;
+      }
+  }
+}
+
+// The maps' backward into the state, in one pass per row (§0, §5.2, §5.3): with the forward
+// a = rstd·(x·W) (rows, P) of the projection W (C, P), and zs = rstd·dL/da (rows, P), it adds
+// RMSNorm_ng's backward of dx̄ = dL/da·Wᵀ:
+//   dx += (dx̄ − x̄(x̄·dx̄)/C)·rstd = zs·Wᵀ − k·x,  k = rstd²·(x·(zs·Wᵀ))/C = rstd·(zs·a)/C,
+// so x·Y needs no second pass over the row (x·Wᵀ's columns are a/rstd). WT (P, C) is W transposed.
+// dx, x (rows, C); rstd (rows); WT's rows ld_wt apart. Replaces a (rows, P)×(P, C) GEMM (K = P ≤ 24,
+// memory-bound, and a full write and re-read of its output) followed by a separate norm backward.
+// An ld_wt a multiple of 4 KiB puts every row of Wᵀ a column block reads in the same L1 set; callers
+// pad it (mHC: C + 16).
+template <class T>
+void project_back_rms_ng_rows(T* dx, const T* zs, const T* a, const T* WT, size_t ld_wt, const T* x, const T* rstd, size_t r0,
+                              size_t r1, int P, int C) {
+  using L = kernels::Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W, Cols = 2 * W;  // columns per register block: 4 rows × 2 vectors of accumulators
+  for (size_t r = r0; r < r1; r += 4) {
+    const size_t m = std::min<size_t>(4, r1 - r);
+    // Rows beyond the last repeat it (their sums are computed, never stored).
+    T* d[4];
+    const T *xr[4], *z[4];
+    T k[4];
+    for (size_t i = 0; i < 4; ++i) {
+      const size_t row = r + std::min(i, m - 1);
+      d[i] = dx + row * C;
+      xr[i] = x + row * C;
+      z[i] = zs + row * P;
+      T dot = 0;
+      for (int j = 0; j < P; ++j) dot += zs[row * P + j] * a[row * P + j];
+      k[i] = rstd[row] * dot / T(C);
+    }
+    // dx_i += Σ_j z_ij·Wᵀ_j − k_i·x_i over a block of columns, the sum held in registers: each row of
+    // Wᵀ is read once per four rows and dx once, instead of one read and write of dx per projection.
+    int c = 0;
+    for (; c + Cols <= C; c += Cols) {
+      V acc[4][2];
+      for (int i = 0; i < 4; ++i)
+        for (int h = 0; h < 2; ++h) acc[i][h] = L::load(d[i] + c + h * W) - k[i] * L::load(xr[i] + c + h * W);
+      for (int j = 0; j < P; ++j) {
+        const T* w = WT + (size_t)j * ld_wt + c;
+        const V w0 = L::load(w), w1 = L::load(w + W);
+        for (int i = 0; i < 4; ++i) {
+          acc[i][0] += z[i][j] * w0;
+          acc[i][1] += z[i][j] * w1;
+        }
+      }
+      for (size_t i = 0; i < m; ++i)
+        for (int h = 0; h < 2; ++h) L::store(d[i] + c + h * W, acc[i][h]);
+    }
+    for (size_t i = 0; i < m; ++i)  // the last C mod 2W columns
+      for (int cc = c; cc < C; ++cc) {
+        T v = d[i][cc] - k[i] * xr[i][cc];
+        for (int j = 0; j < P; ++j) v += z[i][j] * WT[(size_t)j * ld_wt + cc];
+        d[i][cc] = v;
+      }
+  }
 }
 
 // Expand (§5.1): every stream of X (N, n, C) starts as e (N, C).
