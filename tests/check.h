@@ -49,6 +49,42 @@ double max_abs_diff(const A& a, const B& b) {
   return diff;
 }
 
+// The error of `a` against a reference as a share of a per-element error bound:
+// max_i |a_i − ref_i| / (factor·bound_i + floor), and the element where it is largest. A NaN or an
+// infinite difference counts as an infinite ratio. When the bound is derived from the computation
+// (not a tolerance that passed on one machine), a ratio above 1 is a defect on any CPU.
+struct BoundRatio {
+  double ratio = 0;
+  size_t at = 0;
+};
+
+template <class A, class R, class B>
+BoundRatio max_bound_ratio(const A& a, const R& ref, const B& bound, double floor, double factor = 1) {
+  EXPECT_EQ(a.size(), ref.size());
+  EXPECT_EQ(a.size(), bound.size());
+  BoundRatio worst;
+  for (size_t i = 0; i < a.size() && i < ref.size() && i < bound.size(); ++i) {
+    const double err = std::abs(double(a[i]) - double(ref[i]));
+    const double ratio = std::isfinite(err) ? err / (factor * double(bound[i]) + floor) : INFINITY;
+    if (ratio > worst.ratio) worst = {ratio, i};
+  }
+  return worst;
+}
+
+// EXPECTs every element of `a` within its bound of the reference; a failure names the worst element
+// with both values, the error and the bound. Returns the worst ratio.
+template <class A, class R, class B>
+double expect_within_bound(const A& a, const R& ref, const B& bound, double floor, const std::string& what,
+                           double factor = 1) {
+  const BoundRatio w = max_bound_ratio(a, ref, bound, floor, factor);
+  if (a.empty() || ref.size() != a.size() || bound.size() != a.size()) return w.ratio;
+  EXPECT_LE(w.ratio, 1.0) << what << ": element " << w.at << " is " << double(a[w.at]) << ", reference "
+                          << double(ref[w.at]) << ": error " << std::abs(double(a[w.at]) - double(ref[w.at]))
+                          << " > bound " << factor * double(bound[w.at]) << " + floor " << floor << " (ratio "
+                          << w.ratio << ")";
+  return w.ratio;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Finite differences and their error bound.
 //
