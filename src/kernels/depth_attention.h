@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/math.h"
+
 namespace attnlab::kernels {
 
 inline constexpr double kDepthKeyEps = 1e-6;  // RMSNorm_ng ε (§0)
@@ -36,33 +38,14 @@ void rms_inverse(Real* inv_rms, const Real* x, int N, int C) {
 }
 
 namespace depth_detail {
-// out[r] = a·(rows[r] + off) for r < R, four candidates at a time: a's loads are shared and the four
-// accumulator chains are independent (a single dot is bound by its FMA chain's latency).
+// out[r] = a·(rows[r] + off) for r < R, four candidates at a time (kernels::dots4).
 template <class Real>
 void row_dots(Real* out, const Real* a, const Real* const* rows, size_t off, int R, int C) {
-  constexpr int W = 64 / sizeof(Real);  // one 512-bit vector
   for (int r = 0; r < R; r += 4) {
     const int m = std::min(4, R - r);
     const Real* b[4];
     for (int k = 0; k < 4; ++k) b[k] = rows[r + std::min(k, m - 1)] + off;
-    Real acc[4][W] = {};
-    int c = 0;
-    for (; c + W <= C; c += W) {
-#pragma omp simd
-      for (int j = 0; j < W; ++j) {
-        const Real x = a[c + j];
-        acc[0][j] += x * b[0][c + j];
-        acc[1][j] += x * b[1][c + j];
-        acc[2][j] += x * b[2][c + j];
-        acc[3][j] += x * b[3][c + j];
-      }
-    }
-    for (int k = 0; k < m; ++k) {
-      Real sum = 0;
-      for (int j = 0; j < W; ++j) sum += acc[k][j];
-      for (int cc = c; cc < C; ++cc) sum += a[cc] * b[k][cc];
-      out[r + k] = sum;
-    }
+    dots4(out + r, a, b, m, C);
   }
 }
 }  // namespace depth_detail

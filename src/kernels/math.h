@@ -84,4 +84,33 @@ struct Lanes {
   }
 };
 
+
+// out[k] = a·b[k] (C terms each) for k < m ≤ 4: the four products share a's loads and run as eight
+// independent accumulator chains of whole vectors (one dot product alone is bound by its FMA
+// chain's latency), reduced across lanes once at the end; b[k] for k ≥ m may repeat a row (its sum
+// is not stored). Lanes rather than an `omp simd` loop over a 16-float block: GCC 12 compiled that
+// form to about half this speed with the data in L1.
+template <class Real>
+void dots4(Real* out, const Real* a, const Real* const* b, int m, int C) {
+  using L = Lanes<Real>;
+  using V = typename L::V;
+  constexpr int W = L::W;
+  V acc[4][2] = {};
+  int c = 0;
+  for (; c + 2 * W <= C; c += 2 * W) {
+    const V x0 = L::load(a + c), x1 = L::load(a + c + W);
+    for (int k = 0; k < 4; ++k) {
+      acc[k][0] += x0 * L::load(b[k] + c);
+      acc[k][1] += x1 * L::load(b[k] + c + W);
+    }
+  }
+  for (int k = 0; k < m; ++k) {
+    const V v = acc[k][0] + acc[k][1];
+    Real sum = 0;
+    for (int j = 0; j < W; ++j) sum += v[j];
+    for (int cc = c; cc < C; ++cc) sum += a[cc] * b[k][cc];
+    out[k] = sum;
+  }
+}
+
 }  // namespace attnlab::kernels

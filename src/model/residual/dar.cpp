@@ -48,12 +48,9 @@ template <class Real>
 inline void depth_softmax_row(Real* a, Real* logits, const Real* const* keys, const Real* const* key_inv_rms, const Real* w,
                               size_t i, int Nc, int C) {
   Real mx = -std::numeric_limits<Real>::infinity();
+  kernels::depth_detail::row_dots(a, w, keys, i * C, Nc, C);  // w·K_r, four candidates at a time
   for (int r = 0; r < Nc; ++r) {
-    const Real* k = keys[r] + i * C;
-    Real s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; ++c) s += w[c] * k[c];
-    a[r] = s * key_inv_rms[r][i];
+    a[r] *= key_inv_rms[r][i];
     mx = std::max(mx, a[r]);
   }
   if (logits)  // s_r, kept for the key path of the backward

@@ -203,34 +203,14 @@ void collapse(T* x, const T* X, int N, int n, int C) {
 template <class T>
 void broadcast(T* dX, const T* dx, int N, int n, int C) { expand(dX, dx, N, n, C); }
 
-// out[u] = a·B_u for u < n, B_u = B + u·stride (length C each). Four dot products run together:
-// a's loads are shared and the four accumulator chains are independent (one dot at a time is bound
-// by the latency of its single FMA chain).
+// out[u] = a·B_u for u < n, B_u = B + u·stride (length C each), four at a time (kernels::dots4).
 template <class T>
 void dots(T* out, const T* a, const T* B, size_t stride, int n, int C) {
-  constexpr int W = 64 / sizeof(T);  // one 512-bit vector
   for (int u = 0; u < n; u += 4) {
     const int m = std::min(4, n - u);
     const T* b[4];
     for (int k = 0; k < 4; ++k) b[k] = B + (size_t)(u + std::min(k, m - 1)) * stride;
-    T acc[4][W] = {};
-    int c = 0;
-    for (; c + W <= C; c += W) {
-#pragma omp simd
-      for (int j = 0; j < W; ++j) {
-        const T x = a[c + j];
-        acc[0][j] += x * b[0][c + j];
-        acc[1][j] += x * b[1][c + j];
-        acc[2][j] += x * b[2][c + j];
-        acc[3][j] += x * b[3][c + j];
-      }
-    }
-    for (int k = 0; k < m; ++k) {
-      T sum = 0;
-      for (int j = 0; j < W; ++j) sum += acc[k][j];
-      for (int cc = c; cc < C; ++cc) sum += a[cc] * b[k][cc];
-      out[u + k] = sum;
-    }
+    kernels::dots4(out + u, a, b, m, C);
   }
 }
 
@@ -269,21 +249,20 @@ void combine(T* y, const T* coef, const T* X, size_t stride, int n, int C, const
 // separate pass over the state.
 template <class T>
 T inv_rms(const T* x, int C) {
-  constexpr int W = 64 / sizeof(T);
-  T acc[4][W] = {};  // four independent accumulator chains
+  using L = kernels::Lanes<T>;
+  using V = typename L::V;
+  constexpr int W = L::W;
+  V acc[4] = {};  // four independent accumulator chains
   int c = 0;
   for (; c + 4 * W <= C; c += 4 * W)
-#pragma omp simd
-    for (int j = 0; j < W; ++j) {
-      acc[0][j] += x[c + j] * x[c + j];
-      acc[1][j] += x[c + W + j] * x[c + W + j];
-      acc[2][j] += x[c + 2 * W + j] * x[c + 2 * W + j];
-      acc[3][j] += x[c + 3 * W + j] * x[c + 3 * W + j];
+    for (int k = 0; k < 4; ++k) {
+      const V v = L::load(x + c + k * W);
+      acc[k] += v * v;
     }
   T sq = 0;
   for (; c < C; ++c) sq += x[c] * x[c];
-  for (int k = 0; k < 4; ++k)
-    for (int j = 0; j < W; ++j) sq += acc[k][j];
+  const V v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (int j = 0; j < W; ++j) sq += v[j];
   return T(1.0 / std::sqrt(double(sq) / C + 1e-6));
 }
 
