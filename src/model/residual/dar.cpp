@@ -651,7 +651,7 @@ void Dar<T>::entry_backward(int r) {
             const int i = i0 + b;
             const size_t row = (size_t)i * C, at = (size_t)i * q.n_cand + r;
             const T *vp = vsrc + row, *dr = q.Rbar[j] + row;
-            T e = 0;
+            T e = 0;  // summed exactly as D in depth_read_backward: e = D, bit for bit, where they are equal (§1.5 zeros)
 #pragma omp simd reduction(+ : e)
             for (int c = 0; c < C; ++c) e += dr[c] * vp[c];
             a[j][b] = q.a[j][at];

@@ -214,13 +214,6 @@ void dots(T* out, const T* a, const T* B, size_t stride, int n, int C) {
   }
 }
 
-template <class T>
-T dot(const T* a, const T* b, int C) {
-  T out;
-  dots(&out, a, b, 0, 1, C);
-  return out;
-}
-
 // y = Σ_{s<n} coef[s]·X_s (+ extra_coef·extra when extra is given), X_s = X + s·stride, in passes
 // over y of up to four sources each (not one pass per source).
 template <class T>
