@@ -460,8 +460,8 @@ TEST(Streams, MhcUniformReadNeverBreaksSymmetry) {
   }
 }
 
-// The mHC backward's two blocked float kernels (streams.h: register blocks of 2 vectors of columns,
-// rows and projections in blocks of 4, a scalar tail) against plain double sums, on shapes with
+// mHC's three blocked float kernels (streams.h: register blocks of 2 or 3 vectors of columns, rows
+// and projections in blocks of 4 or 6, scalar tails) against plain double sums, on shapes with
 // partial blocks everywhere. Bound: each output is a float sum of n products of float inputs, so
 // |float − exact| ≤ γ_n·Σ|terms| with γ_n = n·u/(1 − n·u), u = 2^-24, in any summation order and
 // with or without fused multiply-adds (the standard bound for recursive summation of rounded
@@ -519,6 +519,24 @@ TEST(Streams, BlockedKernelsMatchDoubleSums) {
       }
     }
     EXPECT_LT(worst, 1.0) << "project_back_rms_ng_rows: worst error / bound";
+    // project_rows: out (rows, P) = x·W, W (C, ld_w) zero beyond column P, rows 1..rows−1.
+    const size_t ld_w = (size_t)(P + streams::kProjectBlock<float> - 1) / streams::kProjectBlock<float> * streams::kProjectBlock<float>;
+    std::vector<float> Wf((size_t)C * ld_w, 0.0f), out((size_t)rows * P, -7.0f);
+    for (int c = 0; c < C; ++c)
+      for (int j = 0; j < P; ++j) Wf[c * ld_w + j] = WT[(size_t)j * ld + c];
+    streams::project_rows(out.data(), x.data(), Wf.data(), ld_w, 1, rows, P, C);
+    worst = 0;
+    for (int j = 0; j < P; ++j) EXPECT_EQ(out[j], -7.0f) << "row 0 is outside the range";
+    for (int r = 1; r < rows; ++r)
+      for (int j = 0; j < P; ++j) {
+        double exact = 0, mag = 0;
+        for (int c = 0; c < C; ++c) {
+          exact += double(x[r * C + c]) * Wf[c * ld_w + j];
+          mag += std::abs(double(x[r * C + c]) * Wf[c * ld_w + j]);
+        }
+        worst = std::max(worst, std::abs(out[r * P + j] - exact) / (gamma(C) * mag + 1e-300));
+      }
+    EXPECT_LT(worst, 1.0) << "project_rows: worst error / bound";
   }
 }
 

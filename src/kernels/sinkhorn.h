@@ -8,12 +8,9 @@
 //   dM = (dN − Σ_along dN∘N)/r ;   exp: dH̃ = dM⁰∘M⁰ (the max shift is a constant: exact, Σ dM⁰∘M⁰ = 0).
 #pragma once
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/math.h"
@@ -52,8 +49,9 @@ void exp_shifted(Real* m, const Real* logits, int n) {
 namespace batch_detail {
 // Entry k of all kSinkhornMaxGroup matrices is G = 16 consecutive values, processed as G/W vectors
 // of W lanes (kernels/math.h's Lanes). Vector types rather than `omp simd` loops over the group:
-// GCC 12 made those 16-iteration loops, nested in the loops over n, scalar code or gathers
-// (measured 6-8x slower than this for the forward and backward of n = 4, 20 iterations).
+// GCC 12 made those 16-iteration loops, nested in the loops over n, scalar code or gathers (several
+// times slower than this for the forward and backward of n = 4, 20 iterations).
+
 // dst = src with its columns (by_rows = false) or rows (true) divided by their sums, all matrices.
 template <class Real>
 void normalize(Real* dst, const Real* src, int n, bool by_rows) {
@@ -135,8 +133,8 @@ void sinkhorn_backward(Real* dlogits, const Real* dout, const Real* logits, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Batched over the tokens of a group: `ld` matrices stored entry-major, m[k·ld + g] for entry
-// k = s·n + u of matrix g, so that every step is one SIMD operation across the group. The per-token
+// Batched over the tokens of a group: G = kSinkhornMaxGroup matrices stored entry-major, m[k·G + g]
+// for entry k = s·n + u of matrix g, so that every step is one SIMD operation across the group. The per-token
 // functions above are the same arithmetic one matrix at a time (and the tests' reference), except
 // that for float the batched exp is the vectorizable exp_nonpositive (kernels/math.h, within 7.9e-8
 // relative of exp; glibc's expf would leave that loop scalar: 16 calls per token, most of the

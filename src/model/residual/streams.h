@@ -75,8 +75,8 @@ void project_rows(T* out, const T* x, const T* Wt, size_t ld_w, size_t r0, size_
 // model's large products at its narrow shape P = 24). Blocks of 6 rows of acc × 2 vectors of columns
 // are held in registers across the rows. The rows' columns are first copied to `pack`
 // ((r1 − r0)·C entries), one block of 2 vectors after another: read in place, the rows' same columns
-// lie C·4 bytes apart, a multiple of 4 KiB at the bench shape, so they share one L1 set (measured 3x
-// slower).
+// lie C·4 bytes apart, a multiple of 4 KiB at the bench shape, so they share one L1 set (about 3x
+// slower in a standalone loop).
 template <class T>
 void add_outer_rows(T* acc, size_t ld_acc, const T* zs, const T* x, size_t r0, size_t r1, int P, int C, T* pack) {
   using L = kernels::Lanes<T>;
