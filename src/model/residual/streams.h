@@ -31,8 +31,8 @@ void add_column_sums(T* out, const T* rows, int N, int M, int ld) {
 
 // out (rows, P) = x·W for the rows r0..r1 of x (rows, C) and W (C, ld_w), ld_w a multiple of
 // 3 vectors (kProjectBlock) with columns beyond P zero: mHC's forward projections per group of
-// tokens, while the rows are in cache (one GEMM over all tokens read the whole state once more and
-// ran at about half the rate of the large products at P = 24). Blocks of 4 rows × 3 vectors of
+// tokens, while the rows are in cache (one GEMM over all tokens read the whole state once more, and
+// oneDNN runs this narrow shape, P = 24, below its rate on the model's own products: gemm_bench). Blocks of 4 rows × 3 vectors of
 // columns are held in registers across C.
 template <class T>
 inline constexpr int kProjectBlock = 3 * kernels::Lanes<T>::W;
@@ -71,8 +71,8 @@ void project_rows(T* out, const T* x, const T* Wt, size_t ld_w, size_t r0, size_
 // acc (P, C; rows ld_acc apart) += zsᵀ·x over the rows r0..r1 of zs (rows, P) and x (rows, C): a
 // projection's weight gradient dWᵀ = zsᵀ·x accumulated a block of rows at a time, while the rows are
 // in cache (mHC's backward calls it per group of tokens instead of one GEMM over all of them, which
-// re-read the whole state, 16 MB per sublayer at the bench shape, at about half the rate of the
-// model's large products at its narrow shape P = 24). Blocks of 6 rows of acc × 2 vectors of columns
+// re-read the whole state, 16 MB per sublayer at the bench shape, below oneDNN's rate on the model's
+// own products at this narrow shape P = 24: gemm_bench). Blocks of 6 rows of acc × 2 vectors of columns
 // are held in registers across the rows. The rows' columns are first copied to `pack`
 // ((r1 − r0)·C entries), one block of 2 vectors after another: read in place, the rows' same columns
 // lie C·4 bytes apart, a multiple of 4 KiB at the bench shape, so they share one L1 set (about 3x
