@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   std::printf("| kind | forward: read | write | read-out | backward: branch_grad | read_backward | other | total |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const char* extra : {"residual.kind = standard\n", "residual.kind = attnres\n", "residual.kind = attnres\nresidual.block_size = 2\n",
-                            "residual.kind = attnres\nresidual.block_size = 4\n", "residual.kind = hyper\n", "residual.kind = mhc\n"}) {
+                            "residual.kind = attnres\nresidual.block_size = 4\n", "residual.kind = hyper\n", "residual.kind = mhc\n",
+                            "residual.kind = dar\n", "residual.kind = dar\nresidual.block_size = 1\n"}) {
     const std::string text = "model.n_layer = " + std::to_string(L) + "\nmodel.d_model = " + std::to_string(C) +
                              "\nmodel.n_head = 4\n" + extra;
     const Config cfg = resolve_config(parse_config_text(text, "bench"));
