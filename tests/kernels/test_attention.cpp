@@ -990,18 +990,21 @@ TEST(Attention, DecodeStepMatchesNaive) {
         exact.out.assign(size_t(B) * H * Dh, 0.0), exact.lse.assign(size_t(B) * H, 0.0);
         exact.xsa_c.assign(size_t(B) * H, 0.0);
         bound = exact;
-        AttentionExtras<float> x;
-        if (with_alibi) x.alibi_slopes = alibi.data();
-        if (with_sink) x.sink_slope = slope.data();
-        if (with_xsa) x.xsa_gamma = gamma.data(), x.xsa_c = fast.xsa_c.data();
+        // The same extras for the float step and the double reference.
+        auto extras_of = [&]<class T>(const std::vector<T>& al, const std::vector<T>& sl, const std::vector<T>& ga,
+                                      std::vector<T>& c) {
+          AttentionExtras<T> e;
+          if (with_alibi) e.alibi_slopes = al.data();
+          if (with_sink) e.sink_slope = sl.data();
+          if (with_xsa) e.xsa_gamma = ga.data(), e.xsa_c = c.data();
+          return e;
+        };
+        const AttentionExtras<float> x = extras_of(alibi, slope, gamma, fast.xsa_c);
         forward(Impl::Fast, fast.out.data(), fast.lse.data(), q.data(), cache.data(), cache.data() + Hkv * Dh,
                 with_sink ? sink.data() : nullptr, 0.125f, s, x);
         const auto qd = as_double(q), cached = as_double(cache), sinkd = as_double(sink), alibid = as_double(alibi),
                    sloped = as_double(slope), gammad = as_double(gamma);
-        AttentionExtras<double> xd;
-        if (with_alibi) xd.alibi_slopes = alibid.data();
-        if (with_sink) xd.sink_slope = sloped.data();
-        if (with_xsa) xd.xsa_gamma = gammad.data(), xd.xsa_c = exact.xsa_c.data();
+        const AttentionExtras<double> xd = extras_of(alibid, sloped, gammad, exact.xsa_c);
         forward(Impl::Naive, exact.out.data(), exact.lse.data(), qd.data(), cached.data(), cached.data() + Hkv * Dh,
                 with_sink ? sinkd.data() : nullptr, 0.125, s, xd);
         const double worst = attention_error_bounds(
