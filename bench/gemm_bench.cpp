@@ -7,7 +7,9 @@
 // docs/performance.md) a third column times MKL's cblas_sgemm through its GNU OpenMP layer.
 // gemm() (oneDNN) runs twice per product: "direct" with its strided copies forced off, "copies"
 // forced on (core/gemm.h: products with a transposed first operand whose rows lie a multiple of
-// 4 KiB apart); the header says which of the two training uses on this CPU.
+// 4 KiB apart); the header says which of the two training uses on this CPU. The "bf16" column times
+// gemm(bf16) on the same shapes (bf16 operands, float result: train.precision = bf16's products),
+// and the header says whether this CPU runs it natively or widens to float.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -53,19 +55,22 @@ int main() {
       {"mhc dΦ    zᵀ·X", true, false, 24, 1024, 4096, 0.f},
   };
   const size_t max_elems = size_t(8192) * 4096;
-  Buffer A(max_elems * 4), B(max_elems * 4), C(max_elems * 4);
+  Buffer A(max_elems * 4), B(max_elems * 4), C(max_elems * 4), Ah(max_elems * 2), Bh(max_elems * 2);
   Rng rng(1);
   for (size_t i = 0; i < max_elems; ++i) {
     A.as<float>()[i] = float(rng.normal());
     B.as<float>()[i] = float(rng.normal());
   }
-  std::printf("threads: %d; GFLOP/s, median of 15 alternating repeats; strided copies %s here\n", omp_threads(),
-              gemm_strided_copies_active() ? "on" : "off");
-  std::printf("| product | M×N×K | oneDNN direct | oneDNN copies | OpenBLAS | MKL |\n"
-              "|---|---|---:|---:|---:|---:|\n");
+  to_bf16(Ah.as<bf16>(), A.as<float>(), max_elems);
+  to_bf16(Bh.as<bf16>(), B.as<float>(), max_elems);
+  std::printf("threads: %d; GFLOP/s, median of 15 alternating repeats; strided copies %s here; bf16 %s\n",
+              omp_threads(), gemm_strided_copies_active() ? "on" : "off",
+              bf16_matmul_native() ? "native (oneDNN bf16 matmul)" : "widened to float (no bf16 matmul here)");
+  std::printf("| product | M×N×K | oneDNN direct | oneDNN copies | OpenBLAS | MKL | oneDNN bf16 |\n"
+              "|---|---|---:|---:|---:|---:|---:|\n");
   for (const Shape& s : shapes) {
     const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
-    std::vector<double> t_direct, t_copies, t_blas, t_mkl;
+    std::vector<double> t_direct, t_copies, t_blas, t_mkl, t_half;
     for (int rep = 0; rep < 17; ++rep) {
       const GemmStridedCopies modes[2] = {GemmStridedCopies::never, GemmStridedCopies::always};
       std::vector<double>* times[2] = {&t_direct, &t_copies};
@@ -89,14 +94,18 @@ int main() {
                   A.as<float>(), lda, B.as<float>(), ldb, s.beta, C.as<float>(), s.N);
       if (rep >= 2) t_mkl.push_back(t.seconds());
 #endif
+      t.reset();
+      gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, Ah.as<bf16>(), lda, Bh.as<bf16>(), ldb, s.beta, C.as<float>(), s.N);
+      if (rep >= 2) t_half.push_back(t.seconds());
     }
     const double flops = 2.0 * s.M * s.N * s.K;
     std::printf("| %s | %d×%d×%d | %.0f | %.0f | ", s.what, s.M, s.N, s.K, flops / median(t_direct) / 1e9,
                 flops / median(t_copies) / 1e9);
     if (t_blas.empty()) std::printf("n/a | ");
     else std::printf("%.0f | ", flops / median(t_blas) / 1e9);
-    if (t_mkl.empty()) std::printf("n/a |\n");
-    else std::printf("%.0f |\n", flops / median(t_mkl) / 1e9);
+    if (t_mkl.empty()) std::printf("n/a | ");
+    else std::printf("%.0f | ", flops / median(t_mkl) / 1e9);
+    std::printf("%.0f |\n", flops / median(t_half) / 1e9);
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <omp.h>
 
 #include "check.h"
@@ -227,4 +228,72 @@ TEST(Model, InitStatistics) {
   EXPECT_EQ(m.param("blocks.0.ln1.bias")[5], 0.0f);
   // weight decay only on matrices (§0)
   for (const auto& s : m.registry().specs()) EXPECT_EQ(s.decay, s.shape.size() == 2) << s.name;
+}
+
+// train.precision = bf16 against fp32 on the same weights and tokens. Each product's rounding is
+// bounded and tested where it happens (test_gemm, test_linear: a float sum of exact products of
+// the rounded operands); this checks the wiring around them — every linear layer and the LM head
+// multiply the right operands, the bf16 weight copies follow the float weights, nothing else
+// changes. The yardstick is the problem's own sensitivity to rounding: a third model, in fp32, runs
+// on the weights rounded to bf16 (each moved by at most u = 2⁻⁸ relative). The bf16 step rounds
+// those same weights and, besides, the layers' inputs and output gradients (as much again per
+// product), so its loss and each gradient tensor may differ from fp32 by a few times what the
+// rounded weights alone cause, and at least by a few u (mHC's mixing gradients are sums that
+// nearly cancel: rounding the weights alone moves them by O(1) relative, which the yardstick
+// follows). A wrong or stale operand moves everything by O(1) where the yardstick is ~u.
+TEST(Model, Bf16StepFollowsTheFloatStep) {
+  const double u = 1.0 / 256;
+  for (const char* extra : {"attn.pos = rope\n", "model.mlp = swiglu\nmodel.norm = rmsnorm\nmodel.bias = false\n",
+                            "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.sink = learned\nattn.xsa = on\n",
+                            "residual.kind = mhc\n", "residual.kind = dar\nresidual.block_size = 1\n"}) {
+    const Config f32 = tiny(extra), b16 = tiny(std::string(extra) + "train.precision = bf16\n");
+    GPT<float> mf(f32), mr(f32), mb(b16);
+    randomize(mf, 3);
+    const size_t P = mf.registry().total();
+    std::copy(mf.params(), mf.params() + P, mb.params());
+    for (size_t i = 0; i < P; ++i) mr.params()[i] = to_float(to_bf16(mf.params()[i]));
+    const int B = 2, T = 8, V = f32.model.vocab_size;
+    const auto in = random_tokens(B * T, V, 5), tgt = random_tokens(B * T, V, 6);
+    double loss[3];
+    GPT<float>* models[3] = {&mf, &mr, &mb};
+    for (int k = 0; k < 3; ++k) {
+      models[k]->plan(B, T);
+      models[k]->zero_grad();
+      loss[k] = models[k]->train_micro_step(in.data(), tgt.data(), 1.0f / (B * T));
+    }
+    const double lf = loss[0], lr = loss[1], lb = loss[2];
+    EXPECT_LE(std::abs(lb - lf), std::max(4 * u * std::abs(lf), 4 * std::abs(lr - lf))) << extra;
+    EXPECT_NE(lb, lf) << extra << ": the bf16 step made no rounding at all";
+    for (const auto& s : mf.registry().specs()) {
+      double db = 0, dr = 0, norm = 0;
+      for (size_t i = 0; i < s.numel; ++i) {
+        const double gf = mf.grads()[s.offset + i], gr = mr.grads()[s.offset + i], gb = mb.grads()[s.offset + i];
+        db += (gb - gf) * (gb - gf);
+        dr += (gr - gf) * (gr - gf);
+        norm += gf * gf;
+      }
+      if (norm == 0) {
+        EXPECT_EQ(db, 0) << extra << s.name;
+        continue;
+      }
+      EXPECT_LE(std::sqrt(db / norm), std::max(8 * u, 4 * std::sqrt(dr / norm))) << extra << s.name;
+    }
+    // The copies follow the weights: move every weight, and the bf16 loss moves with the fp32 one.
+    Rng r(9);
+    for (size_t i = 0; i < P; ++i) mb.params()[i] = mf.params()[i] += float(0.3 * r.normal());
+    const double ef = mf.eval_loss(in.data(), tgt.data()), eb = mb.eval_loss(in.data(), tgt.data());
+    EXPECT_GT(std::abs(ef - lf), 8 * 4 * u * std::abs(ef)) << extra << ": the perturbation must matter";
+    EXPECT_LE(std::abs(eb - ef), 4 * u * std::abs(ef)) << extra;
+    std::string label = extra;
+    std::replace(label.begin(), label.end(), '\n', ' ');
+    std::printf("%-44.44s loss fp32 %.4f; weights rounded %+.1e, bf16 %+.1e; after the move: bf16 %+.1e\n", label.c_str(),
+                lf, lr - lf, lb - lf, eb - ef);
+    // logits() computes as the step does
+    std::vector<float> logits((size_t)B * T * V);
+    mb.logits(logits.data(), in.data());
+    double from_logits = 0;
+    for (int i = 0; i < B * T; ++i)
+      from_logits += kernels::softmax_ce_row_forward(logits.data() + (size_t)i * V, V, tgt[i]);
+    EXPECT_NEAR(from_logits, eb, 1e-5 * std::abs(eb)) << extra;
+  }
 }

@@ -19,7 +19,8 @@ std::atomic<bool> onednn_executing{false};
 }
 namespace {
 
-using Key = std::tuple<bool, bool, int, int, int, int, int, int, float, float>;
+// (bf16 inputs, transA, transB, M, N, K, lda, ldb, ldc, alpha, beta)
+using Key = std::tuple<bool, bool, bool, int, int, int, int, int, int, float, float>;
 
 // A primitive with its memory objects and argument map, built once per shape: a call only swaps the
 // data handles, so the training step does not allocate inside gemm().
@@ -41,16 +42,18 @@ Engine& engine() {
   return e;
 }
 
-Cached& lookup(Engine& e, bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
-  Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+Cached& lookup(Engine& e, bool half, bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc, float alpha,
+               float beta) {
+  Key key{half, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
   std::lock_guard<std::mutex> lock(e.mu);
   auto it = e.cache.find(key);
   if (it != e.cache.end()) return it->second;
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   // Row-major strides; a transposed operand is the same bytes read with swapped strides.
-  dnnl::memory::desc a(dims{M, K}, dt::f32, ta ? dims{1, lda} : dims{lda, 1});
-  dnnl::memory::desc b(dims{K, N}, dt::f32, tb ? dims{1, ldb} : dims{ldb, 1});
+  const dt in = half ? dt::bf16 : dt::f32;
+  dnnl::memory::desc a(dims{M, K}, in, ta ? dims{1, lda} : dims{lda, 1});
+  dnnl::memory::desc b(dims{K, N}, in, tb ? dims{1, ldb} : dims{ldb, 1});
   dnnl::memory::desc c(dims{M, N}, dt::f32, dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -68,6 +71,7 @@ Cached& lookup(Engine& e, bool ta, bool tb, int M, int N, int K, int lda, int ld
 }
 
 std::atomic<int> strided_copies_mode{int(GemmStridedCopies::automatic)};
+std::atomic<bool> bf16_widen_forced{false};
 
 constexpr int kAliasFloats = 1024;  // rows a multiple of 4 KiB apart share L1 sets
 constexpr int kNarrowMax = 256;     // ... and cost half the speed up to this width (gemm_bench)
@@ -83,17 +87,24 @@ Buffer& copy_workspace(size_t floats) {
   return buf;
 }
 
+// The widened operands of gemm(bf16) where oneDNN has no bf16 matmul (grown on first use).
+Buffer& widen_workspace(size_t floats) {
+  static Buffer buf;
+  if (buf.bytes() < floats * sizeof(float)) buf = Buffer(floats * sizeof(float));
+  return buf;
+}
+
 void copy_rows(float* dst, int ldd, const float* src, int lds, int rows, int cols) {
 #pragma omp parallel for schedule(static) if ((long)rows * cols >= 65536)
   for (int r = 0; r < rows; ++r) std::memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(float));
 }
 
-void execute(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-             int ldb, float beta, float* C, int ldc) {
+void execute(bool half, bool transA, bool transB, int M, int N, int K, float alpha, const void* A, int lda,
+             const void* B, int ldb, float beta, float* C, int ldc) {
   Engine& e = engine();
-  Cached& p = lookup(e, transA, transB, M, N, K, lda, ldb, ldc, alpha, beta);
-  p.a.set_data_handle(const_cast<float*>(A));
-  p.b.set_data_handle(const_cast<float*>(B));
+  Cached& p = lookup(e, half, transA, transB, M, N, K, lda, ldb, ldc, alpha, beta);
+  p.a.set_data_handle(const_cast<void*>(A));
+  p.b.set_data_handle(const_cast<void*>(B));
   p.c.set_data_handle(C);
   // oneDNN 2.6 builds a small argument map on the heap inside every execute (a few hundred bytes,
   // from its own code); the no-allocation test attributes those to the library through this flag.
@@ -101,7 +112,7 @@ void execute(bool transA, bool transB, int M, int N, int K, float alpha, const f
   const bool ok = dnnl_primitive_execute(p.prim.get(), e.strm.get(), 3, p.args) == dnnl_success;
   e.strm.wait();
   detail::onednn_executing.store(false, std::memory_order_relaxed);
-  if (!ok) fail("oneDNN matmul failed (", M, "x", N, "x", K, ")");
+  if (!ok) fail("oneDNN matmul failed (", half ? "bf16 " : "", M, "x", N, "x", K, ")");
 }
 
 // C = alpha·Aᵀ·B + beta·C with A (K,M) and B (K,N) stored by rows, where copy_a / copy_b say which
@@ -122,7 +133,7 @@ void gemm_tn_copied(bool copy_a, bool copy_b, int M, int N, int K, float alpha, 
     const float* b = B + (size_t)k0 * ldb;
     if (copy_a) { copy_rows(wa, lda_c, a, lda, kk, M); a = wa; }
     if (copy_b) { copy_rows(wb, ldb_c, b, ldb, kk, N); b = wb; }
-    execute(true, false, M, N, kk, alpha, a, lda_c, b, ldb_c, k0 == 0 ? beta : 1.0f, C, ldc);
+    execute(false, true, false, M, N, kk, alpha, a, lda_c, b, ldb_c, k0 == 0 ? beta : 1.0f, C, ldc);
   }
 }
 
@@ -164,7 +175,53 @@ void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const floa
     const bool copy_b = ldb % kAliasFloats == 0 && narrow(M);
     if (copy_a || copy_b) return gemm_tn_copied(copy_a, copy_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  execute(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  execute(false, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) C[(size_t)m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[(size_t)m * ldc + n];
+    return;
+  }
+  if (bf16_matmul_native() && !bf16_widen_forced.load()) return execute(true, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // No bf16 matmul in oneDNN on this CPU: the operands widened to float (exactly) and multiplied in
+  // float — the same products, summed in float as the native path does, only not faster.
+  const size_t a_rows = transA ? K : M, a_cols = transA ? M : K;
+  const size_t b_rows = transB ? N : K, b_cols = transB ? K : N;
+  float* ws = widen_workspace(a_rows * a_cols + b_rows * b_cols).as<float>();
+  float* a = ws;
+  float* b = ws + a_rows * a_cols;
+#pragma omp parallel for schedule(static) if (a_rows * a_cols >= 65536)
+  for (size_t r = 0; r < a_rows; ++r) to_float(a + r * a_cols, A + r * lda, a_cols);
+#pragma omp parallel for schedule(static) if (b_rows * b_cols >= 65536)
+  for (size_t r = 0; r < b_rows; ++r) to_float(b + r * b_cols, B + r * ldb, b_cols);
+  gemm(transA, transB, M, N, K, alpha, a, int(a_cols), b, int(b_cols), beta, C, ldc);
+}
+
+void set_gemm_bf16_widen(bool on) { bf16_widen_forced.store(on); }
+
+bool bf16_matmul_native() {
+  static const bool yes = [] {
+    try {
+      using dt = dnnl::memory::data_type;
+      using dims = dnnl::memory::dims;
+      Engine& e = engine();
+      dnnl::memory::desc a(dims{16, 16}, dt::bf16, dims{16, 1}), c(dims{16, 16}, dt::f32, dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), e.eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return yes;
+}
+
+void to_bf16_rows(bf16* dst, size_t ldd, const float* src, size_t lds, int rows, int cols) {
+#pragma omp parallel for schedule(static) if ((long)rows * cols >= 65536)
+  for (int r = 0; r < rows; ++r) to_bf16(dst + r * ldd, src + r * lds, size_t(cols));
 }
 
 const char* gemm_backend_name() { return "oneDNN matmul (fp32)"; }

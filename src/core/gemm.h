@@ -7,10 +7,23 @@
 #include <atomic>
 #include <cstddef>
 
+#include "core/bf16.h"
+
 namespace attnlab {
 
 void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// bf16 operands, float result: C = alpha·op(A)·op(B) + beta·C with each product of two bf16 values
+// exact and the sums in float (oneDNN's bf16 matmul: AVX512-BF16 or AMX where the CPU has them,
+// else oneDNN's own conversion path). The mixed-precision step's products (train.precision = bf16).
+void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, float* C, int ldc);
+// Whether oneDNN has a bf16 matmul for this CPU (it needs AVX-512; otherwise gemm(bf16) widens the
+// operands to float first).
+bool bf16_matmul_native();
+// Tests: force the widening path on any CPU (true), or back to the CPU's choice (false).
+void set_gemm_bf16_widen(bool on);
 
 // The reference: plain triple loop with double accumulation. The oracle for tests and the
 // implementation for double.

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -120,6 +121,29 @@ inline void check_args(int N, int C, int V, const void* scratch, int chunk_rows)
 }
 }  // namespace ce_detail
 
+// train.precision = bf16: the head's products take bf16 operands with float results: wte's bf16
+// copy, each chunk's rows of x rounded into `x`, and the chunk's dlogits rounded into `dlogits`
+// (softmax, loss and dlogits themselves stay float). Only for T = float.
+struct LmHeadBf16 {
+  const bf16* wte = nullptr;  // (V, C)
+  bf16* x = nullptr;          // chunk_rows × C scratch
+  bf16* dlogits = nullptr;    // chunk_rows × V scratch (training only)
+};
+
+namespace ce_detail {
+// logits (n,V) = x_rows (n,C) · wteᵀ (C,V), in T or through the bf16 copies.
+template <class T>
+void chunk_logits(T* logits, const T* xr, const T* wte, int n, int C, int V, const LmHeadBf16* half) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (half) {
+      to_bf16_rows(half->x, C, xr, C, n, C);
+      return gemm(false, true, n, V, C, 1.0f, half->x, C, half->wte, C, 0.0f, logits, V);
+    }
+  }
+  gemm(false, true, n, V, C, T(1), xr, C, wte, C, T(0), logits, V);
+}
+}  // namespace ce_detail
+
 // Training: the tied LM head and cross-entropy, forward and backward at once, chunk_rows rows at a time.
 // dx (N,C) WRITTEN; dwte (V,C) ACCUMULATED; losses (N) per-row loss (0 for ignored rows), may be null;
 // x (N,C) final normalized hidden; wte (V,C); targets (N) int32, < 0 = ignored;
@@ -131,7 +155,7 @@ inline void check_args(int N, int C, int V, const void* scratch, int chunk_rows)
 template <class T>
 double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const T* wte, const int32_t* targets,
                                    int N, int C, int V, T grad_scale, T* scratch, int chunk_rows,
-                                   const T* row_weights = nullptr) {
+                                   const T* row_weights = nullptr, const LmHeadBf16* half = nullptr) {
   ce_detail::check_args(N, C, V, scratch, chunk_rows);
   ce_detail::check_targets(targets, N, V);
   T* row_loss = scratch + (size_t)chunk_rows * V;
@@ -139,17 +163,27 @@ double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const 
   for (int r0 = 0; r0 < N; r0 += chunk_rows) {
     const int n = std::min(chunk_rows, N - r0);
     const T* xr = x + (size_t)r0 * C;
-    // logits (n,V) = x_rows (n,C) · wteᵀ (C,V)
-    gemm(false, true, n, V, C, T(1), xr, C, wte, C, T(0), scratch, V);
+    ce_detail::chunk_logits(scratch, xr, wte, n, C, V, half);
 #pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
     for (int i = 0; i < n; ++i)
       row_loss[i] = softmax_ce_row_forward_backward(scratch + (size_t)i * V, V, targets[r0 + i],
                                                     row_weights ? T(grad_scale * row_weights[r0 + i]) : grad_scale);
-    // dx_rows (n,C) = dlogits (n,V) · wte (V,C)
-    gemm(false, false, n, C, V, T(1), scratch, V, wte, C, T(0), dx + (size_t)r0 * C, C);
-    // dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C). With V a multiple of 1024 and C ≤ 256 on a CPU
-    // without AVX-512, gemm reads dlogits through padded copies (core/gemm.h).
-    gemm(true, false, V, C, n, T(1), scratch, V, xr, C, T(1), dwte, C);
+    // dx_rows (n,C) = dlogits (n,V) · wte (V,C); dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C). With V
+    // a multiple of 1024 and C ≤ 256 on a CPU without AVX-512, gemm reads dlogits through padded
+    // copies (core/gemm.h).
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>) {
+      if (half) {
+        to_bf16_rows(half->dlogits, V, scratch, V, n, V);
+        gemm(false, false, n, C, V, 1.0f, half->dlogits, V, half->wte, C, 0.0f, dx + (size_t)r0 * C, C);
+        gemm(true, false, V, C, n, 1.0f, half->dlogits, V, half->x, C, 1.0f, dwte, C);
+        done = true;
+      }
+    }
+    if (!done) {
+      gemm(false, false, n, C, V, T(1), scratch, V, wte, C, T(0), dx + (size_t)r0 * C, C);
+      gemm(true, false, V, C, n, T(1), scratch, V, xr, C, T(1), dwte, C);
+    }
     if (row_weights)
       for (int i = 0; i < n; ++i) total += (double)row_weights[r0 + i] * (double)row_loss[i];
     else
@@ -164,14 +198,14 @@ double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const 
 // argmax (N), optional: the id of each row's largest logit (the lowest id among ties), for accuracy.
 template <class T>
 double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* targets, int N, int C, int V,
-                          T* scratch, int chunk_rows, int32_t* argmax = nullptr) {
+                          T* scratch, int chunk_rows, int32_t* argmax = nullptr, const LmHeadBf16* half = nullptr) {
   ce_detail::check_args(N, C, V, scratch, chunk_rows);
   ce_detail::check_targets(targets, N, V);
   T* row_loss = scratch + (size_t)chunk_rows * V;
   double total = 0;
   for (int r0 = 0; r0 < N; r0 += chunk_rows) {
     const int n = std::min(chunk_rows, N - r0);
-    gemm(false, true, n, V, C, T(1), x + (size_t)r0 * C, C, wte, C, T(0), scratch, V);
+    ce_detail::chunk_logits(scratch, x + (size_t)r0 * C, wte, n, C, V, half);
 #pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
     for (int i = 0; i < n; ++i) row_loss[i] = softmax_ce_row_forward(scratch + (size_t)i * V, V, targets[r0 + i]);
     if (argmax)

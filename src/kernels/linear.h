@@ -124,23 +124,50 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
 // The column sums run with threads splitting the columns (each walks all rows over its own range),
 // race-free without scratch.
 template <class Real>
+void bias_backward(Real* dbias, const Real* dout, int N, int OC) {
+#pragma omp parallel
+  {
+    const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int chunk = ((OC + n_threads - 1) / n_threads + 15) / 16 * 16;
+    const int c0 = std::min(OC, thread * chunk), c1 = std::min(OC, c0 + chunk);
+    for (int i = 0; i < N && c0 < c1; ++i) {
+      const Real* dy = dout + (size_t)i * OC;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) dbias[c] += dy[c];
+    }
+  }
+}
+
+template <class Real>
 void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
                      int N, int C, int OC) {
   if (dinp) gemm(false, true, N, C, OC, Real(1), dout, OC, weight, OC, Real(0), dinp, C);
   gemm(true, false, C, OC, N, Real(1), inp, C, dout, OC, Real(1), dweight, OC);
-  if (dbias) {
-#pragma omp parallel
-    {
-      const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
-      const int chunk = ((OC + n_threads - 1) / n_threads + 15) / 16 * 16;
-      const int c0 = std::min(OC, thread * chunk), c1 = std::min(OC, c0 + chunk);
-      for (int i = 0; i < N && c0 < c1; ++i) {
-        const Real* dy = dout + (size_t)i * OC;
-#pragma omp simd
-        for (int c = c0; c < c1; ++c) dbias[c] += dy[c];
-      }
-    }
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mixed precision (train.precision = bf16): the same layer with bf16 operands in both products and
+// float results. The caller keeps a bf16 copy of W (refreshed from the float master weights before
+// each forward) and of the layer's input (written once in the forward, kept for the backward).
+// out (N,OC) float = inp_h · W_h + bias.
+inline void linear_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N, int C, int OC) {
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) std::copy(bias, bias + OC, out + (size_t)i * OC);
   }
+  gemm(false, false, N, OC, C, 1.0f, inp, C, weight, OC, bias ? 1.0f : 0.0f, out, OC);
+}
+
+// dout (N,OC) float is rounded to bf16 into dout_h (N·OC scratch), then
+//   dinp (N,C) = dout_h · W_hᵀ  WRITTEN (skipped when null);  dweight (C,OC) += inp_hᵀ · dout_h (float);
+//   dbias += column sums of the float dout.
+inline void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, bf16* dout_h, const bf16* inp,
+                            const bf16* weight, int N, int C, int OC) {
+  to_bf16_rows(dout_h, OC, dout, OC, N, OC);
+  if (dinp) gemm(false, true, N, C, OC, 1.0f, dout_h, OC, weight, OC, 0.0f, dinp, C);
+  gemm(true, false, C, OC, N, 1.0f, inp, C, dout_h, OC, 1.0f, dweight, OC);
+  if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
 // ---------------------------------------------------------------------------------------------

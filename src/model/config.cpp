@@ -226,6 +226,7 @@ std::vector<KeyDef> make_keys() {
   add_float("train.min_lr_ratio", [](Config& c) -> double& { return c.train.min_lr_ratio; }, 0.0, 1.0);
   add_int("train.warmup", [](Config& c) -> int& { return c.train.warmup; }, 0, big);
   add_choice("train.schedule", [](Config& c) -> std::string& { return c.train.schedule; }, {"cosine", "wsd", "constant"});
+  add_choice("train.precision", [](Config& c) -> std::string& { return c.train.precision; }, {"fp32", "bf16"});
   add_float("train.wsd_decay_frac", [](Config& c) -> double& { return c.train.wsd_decay_frac; }, 0.0, 1.0,
             [](const Config& c) { return c.train.schedule == "wsd"; }, "train.schedule is not wsd");
   add_float("train.weight_decay", [](Config& c) -> double& { return c.train.weight_decay; }, 0.0, 10.0);

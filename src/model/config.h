@@ -88,6 +88,9 @@ struct TrainConfig {
   double min_lr_ratio = 0.1;  // final lr = lr * min_lr_ratio
   int warmup = 100;
   std::string schedule = "cosine";  // cosine | wsd | constant
+  // fp32 | bf16: bf16 runs the linear layers' and the LM head's products on bf16 copies of their
+  // operands (float results, float master weights, optimizer state, norms, attention and loss).
+  std::string precision = "fp32";
   double wsd_decay_frac = 0.2;      // WSD: fraction of steps spent in the final linear decay
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;

@@ -1,7 +1,9 @@
 #include "model/gpt.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -135,6 +137,81 @@ GPT<T>::GPT(const Config& cfg) : GPT(cfg, LayoutOnly{}) {
       for (double slope : alibi_slopes(H)) alibi_slopes_.push_back(T(slope));
   if (ac.xsa == "on") xsa_ones_.assign(H, T(1));
   ensure_positions(m.seq_len);
+  if (cfg_.train.precision == "bf16") {
+    if (!std::is_same_v<T, float>) fail("train.precision = bf16 needs a float model (this one is double)");
+    bf16_ = true;
+    size_t n = (size_t)m.vocab_size * m.d_model;
+    for (int l = 0; l < L; ++l)
+      for (size_t k : half_sizes(l)) n += k;
+    half_buf_ = Buffer(n * sizeof(bf16));
+    bf16* h = half_buf_.as<bf16>();
+    half_wte_ = h;
+    h += (size_t)m.vocab_size * m.d_model;
+    half_layers_.resize(L);
+    for (int l = 0; l < L; ++l) {
+      HalfWeights& hw = half_layers_[l];
+      bf16** dst[4] = {&hw.qkv_w, &hw.proj_w, &hw.fc_w, &hw.mlp_proj_w};
+      const std::array<size_t, 4> sizes = half_sizes(l);
+      for (int k = 0; k < 4; ++k) {
+        *dst[k] = h;
+        h += sizes[k];
+      }
+    }
+  }
+}
+
+template <class T>
+std::array<size_t, 4> GPT<T>::half_sizes(int l) const {
+  const ModelConfig& m = cfg_.model;
+  const size_t C = m.d_model, hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
+  return {C * lattn_[l].qkv_cols, (size_t)m.n_head * m.head_dim() * C, C * fc_cols, hidden * C};
+}
+
+template <class T>
+void GPT<T>::refresh_half_weights() {
+  if constexpr (std::is_same_v<T, float>) {
+    const ModelConfig& m = cfg_.model;
+    const int L = m.n_layer;
+    // One parallel loop over the 4L + 1 matrices (a handful of equal-sized jobs per layer).
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < 4 * L + 1; ++i) {
+      if (i == 4 * L) {
+        to_bf16(half_wte_, wte_, (size_t)m.vocab_size * m.d_model);
+        continue;
+      }
+      const LayerParams& p = layer_params_[i / 4];
+      const HalfWeights& hw = half_layers_[i / 4];
+      bf16* dst[4] = {hw.qkv_w, hw.proj_w, hw.fc_w, hw.mlp_proj_w};
+      const float* src[4] = {p.qkv_w, p.proj_w, p.fc_w, p.mlp_proj_w};
+      to_bf16(dst[i % 4], src[i % 4], half_sizes(i / 4)[i % 4]);
+    }
+  }
+}
+
+template <class T>
+void GPT<T>::linear_fwd(const Workspace& ws, T* out, const T* x, bf16* xh, const T* w, const bf16* wh, const T* b, int N,
+                        int C, int OC) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ws.half) {
+      to_bf16_rows(xh, C, x, C, N, C);
+      return kernels::linear_forward(out, xh, wh, b, N, C, OC);
+    }
+  }
+  kernels::linear_forward(out, x, w, b, N, C, OC);
+}
+
+template <class T>
+void GPT<T>::linear_bwd(const Workspace& ws, T* dx, T* dw, T* db, const T* dout, const T* x, const bf16* xh, const T* w,
+                        const bf16* wh, int N, int C, int OC) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ws.half) return kernels::linear_backward(dx, dw, db, dout, ws.dout_h, xh, wh, N, C, OC);
+  }
+  kernels::linear_backward(dx, dw, db, dout, x, w, N, C, OC);
+}
+
+template <class T>
+kernels::LmHeadBf16 GPT<T>::lm_head_half(const Workspace& ws) const {
+  return {half_wte_, ws.ce_x_h, ws.ce_dlogits_h};
 }
 
 template <class T>
@@ -231,8 +308,9 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
   const size_t N = (size_t)B * seq, C = m.d_model, L = m.n_layer, H = m.n_head;
   const size_t fc_cols = m.mlp == "gelu" ? m.mlp_hidden : 2 * m.mlp_hidden;
   // Two passes: the first counts (Arena returns nullptr), the second hands out real pointers.
+  const bool half = bf16_ && training;
   for (int pass = 0; pass < 2; ++pass) {
-    ws.B = B; ws.seq = seq;
+    ws.B = B; ws.seq = seq; ws.half = half;
     if (!ws.residual) ws.residual = residual_->make_state();
     residual_->plan(arena, *ws.residual, N, training);
     ws.layers.assign(L, {});
@@ -248,6 +326,12 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
       l.ln2_rstd = arena.template take<T>(N);
       l.fc = arena.template take<T>(N * fc_cols);
       l.act = arena.template take<T>(N * m.mlp_hidden);
+      if (half) {
+        l.ln1_h = arena.template take<bf16>(N * C);
+        l.att_h = arena.template take<bf16>(N * H * m.head_dim());
+        l.ln2_h = arena.template take<bf16>(N * C);
+        l.act_h = arena.template take<bf16>(N * m.mlp_hidden);
+      }
     }
     for (int i = 0; i < (int)L; ++i) {
       auto& l = ws.layers[i];
@@ -278,6 +362,11 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
       ws.attn_scratch_size = kernels::attention_backward_scratch_size<T>(
           kernels::packed_attention_shape(B, seq, (int)H, m.kv_heads, m.head_dim()));
       ws.attn_scratch = arena.template take<T>(ws.attn_scratch_size);
+    }
+    if (half) {
+      ws.dout_h = arena.template take<bf16>(N * std::max({(size_t)max_qkv_cols_, fc_cols, C}));
+      ws.ce_x_h = arena.template take<bf16>((size_t)ws.ce_chunk * C);
+      ws.ce_dlogits_h = arena.template take<bf16>((size_t)ws.ce_chunk * m.vocab_size);
     }
     if (pass == 0) {
       if (count_only) return;
@@ -333,20 +422,22 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
     fail("learned positions are undefined beyond model.seq_len = ", m.seq_len, " (asked for position ", pos_offset + Tq - 1, ")");
   const Residual<T>& R = *residual_;
   ResidualState& rs = *ws.residual;
+  if (ws.half) refresh_half_weights();
   kernels::embedding_forward(R.embedding(rs), inputs, wte_, wpe_, B, Tq, C, pos_offset);
   R.begin(rs, N);
   for (int l = 0; l < m.n_layer; ++l) {
     const LayerParams& p = layer_params_[l];
+    const HalfWeights hw = ws.half ? half_layers_[l] : HalfWeights{};
     const LayerAttention& la = lattn_[l];
     auto& a = ws.layers[l];
     const T* x = R.read(rs, 2 * l + 1, N);
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
     if (la.goat) {  // compact projection, then the §3.4 lanes packed around it
-      kernels::linear_forward(ws.qkvc, a.ln1, p.qkv_w, p.qkv_b, N, C, la.qkv_cols);
+      linear_fwd(ws, ws.qkvc, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, p.qkv_b, N, C, la.qkv_cols);
       kernels::goat_pack_forward(a.qkv, a.sink_slope, ws.goat_u, ws.qkvc, p.goat_params(), goat_tab_, goat_shape_, B, Tq,
                                  pos_offset);
     } else {
-      kernels::linear_forward(a.qkv, a.ln1, p.qkv_w, p.qkv_b, N, C, qkvC);
+      linear_fwd(ws, a.qkv, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, p.qkv_b, N, C, qkvC);
     }
     if (la.rope) kernels::rope_forward(a.qkv, rope_, B, Tq, H + Hkv, Dh, qkvC, pos_offset);
     kernels::AttentionShape s{};
@@ -385,14 +476,14 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       if (la.goat) { v.goat_shape = &goat_shape_; v.goat = &gp; v.goat_tables = &goat_tab_; }
       observer_->attention(v);
     }
-    kernels::linear_forward(R.branch(rs, 2 * l + 1), a.att, p.proj_w, p.proj_b, N, H * Dh, C);
+    linear_fwd(ws, R.branch(rs, 2 * l + 1), a.att, a.att_h, p.proj_w, hw.proj_w, p.proj_b, N, H * Dh, C);
     R.write(rs, 2 * l + 1, N);
     const T* x1 = R.read(rs, 2 * l + 2, N);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, x1, p.ln2_w, p.ln2_b, N);
-    kernels::linear_forward(a.fc, a.ln2, p.fc_w, p.fc_b, N, C, fc_cols);
+    linear_fwd(ws, a.fc, a.ln2, a.ln2_h, p.fc_w, hw.fc_w, p.fc_b, N, C, fc_cols);
     if (m.mlp == "gelu") kernels::gelu_forward(a.act, a.fc, (size_t)N * hidden);
     else kernels::swiglu_forward(a.act, a.fc, N, hidden);
-    kernels::linear_forward(R.branch(rs, 2 * l + 2), a.act, p.mlp_proj_w, p.mlp_proj_b, N, hidden, C);
+    linear_fwd(ws, R.branch(rs, 2 * l + 2), a.act, a.act_h, p.mlp_proj_w, hw.mlp_proj_w, p.mlp_proj_b, N, hidden, C);
     R.write(rs, 2 * l + 2, N);
   }
   norm_forward(ws.lnf, ws.lnf_mean, ws.lnf_rstd, R.read_out(rs, N), lnf_w_, lnf_b_, N);
@@ -413,18 +504,20 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
   for (int l = m.n_layer - 1; l >= 0; --l) {
     const LayerParams& p = layer_params_[l];
     const LayerParams& g = layer_grads_[l];
+    const HalfWeights hw = ws.half ? half_layers_[l] : HalfWeights{};
     auto& a = ws.layers[l];
     // MLP sublayer 2l+2: o = proj(act(fc(ln2(h)))); the residual hands out do and the dh accumulator.
-    kernels::linear_backward(ws.dact, g.mlp_proj_w, g.mlp_proj_b, R.branch_grad(rs, 2 * l + 2, N), a.act, p.mlp_proj_w, N,
-                             hidden, C);
+    linear_bwd(ws, ws.dact, g.mlp_proj_w, g.mlp_proj_b, R.branch_grad(rs, 2 * l + 2, N), a.act, a.act_h, p.mlp_proj_w,
+               hw.mlp_proj_w, N, hidden, C);
     if (m.mlp == "gelu") kernels::gelu_backward(ws.dfc, ws.dact, a.fc, (size_t)N * hidden);
     else kernels::swiglu_backward(ws.dfc, ws.dact, a.fc, N, hidden);
-    kernels::linear_backward(ws.dln, g.fc_w, g.fc_b, ws.dfc, a.ln2, p.fc_w, N, C, fc_cols);
+    linear_bwd(ws, ws.dln, g.fc_w, g.fc_b, ws.dfc, a.ln2, a.ln2_h, p.fc_w, hw.fc_w, N, C, fc_cols);
     norm_backward(R.input_grad(rs, 2 * l + 2, N), g.ln2_w, g.ln2_b, ws.dln, R.input(rs, 2 * l + 2), p.ln2_w, a.ln2_mean,
                   a.ln2_rstd, N);
     R.read_backward(rs, 2 * l + 2, N);
     // Attention sublayer 2l+1.
-    kernels::linear_backward(ws.datt, g.proj_w, g.proj_b, R.branch_grad(rs, 2 * l + 1, N), a.att, p.proj_w, N, H * Dh, C);
+    linear_bwd(ws, ws.datt, g.proj_w, g.proj_b, R.branch_grad(rs, 2 * l + 1, N), a.att, a.att_h, p.proj_w, hw.proj_w, N,
+               H * Dh, C);
     kernels::AttentionShape s{};
     s.B = B; s.Tq = Tq; s.Tk = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC;
@@ -442,9 +535,9 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     if (la.goat) {
       kernels::goat_pack_backward(ws.qkvc, g.goat, ws.goat_u, ws.dqkv, x.dsink_slope, p.goat_params(), goat_tab_, goat_shape_, B,
                                   Tq, 0);
-      kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.qkvc, a.ln1, p.qkv_w, N, C, la.qkv_cols);
+      linear_bwd(ws, ws.dln, g.qkv_w, g.qkv_b, ws.qkvc, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, N, C, la.qkv_cols);
     } else {
-      kernels::linear_backward(ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, p.qkv_w, N, C, qkvC);
+      linear_bwd(ws, ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, N, C, qkvC);
     }
     norm_backward(R.input_grad(rs, 2 * l + 1, N), g.ln1_w, g.ln1_b, ws.dln, R.input(rs, 2 * l + 1), p.ln1_w, a.ln1_mean,
                   a.ln1_rstd, N);
@@ -494,8 +587,10 @@ double GPT<T>::train_micro_step(const int32_t* inputs, const int32_t* targets, T
   const int N = B_ * T_;
   count_valid(targets, N);
   forward(ws_, inputs, 0, false);
+  const kernels::LmHeadBf16 half = lm_head_half(ws_);
   const double loss = kernels::lm_head_ce_forward_backward(ws_.dln, dwte_, (T*)nullptr, ws_.lnf, wte_, targets, N, cfg_.model.d_model,
-                                                           cfg_.model.vocab_size, grad_scale, ws_.ce_scratch, ws_.ce_chunk, weights);
+                                                           cfg_.model.vocab_size, grad_scale, ws_.ce_scratch, ws_.ce_chunk, weights,
+                                                           ws_.half ? &half : nullptr);
   backward(ws_, inputs);
   return loss;
 }
@@ -506,15 +601,21 @@ double GPT<T>::eval_loss(const int32_t* inputs, const int32_t* targets, T* losse
   const int N = B_ * T_;
   count_valid(targets, N);
   forward(ws_, inputs, 0, false);
+  const kernels::LmHeadBf16 half = lm_head_half(ws_);
   return kernels::lm_head_ce_forward(losses, ws_.lnf, wte_, targets, N, cfg_.model.d_model, cfg_.model.vocab_size, ws_.ce_scratch,
-                                     ws_.ce_chunk);
+                                     ws_.ce_chunk, nullptr, ws_.half ? &half : nullptr);
 }
 
 template <class T>
 void GPT<T>::logits(T* out, const int32_t* inputs) {
   ATTNLAB_CHECK(arena_.committed(), "plan() before logits()");
   forward(ws_, inputs, 0, false);
-  kernels::lm_head_logits(out, ws_.lnf, wte_, B_ * T_, cfg_.model.d_model, cfg_.model.vocab_size);
+  const int N = B_ * T_, C = cfg_.model.d_model, V = cfg_.model.vocab_size;
+  if (!ws_.half) return kernels::lm_head_logits(out, ws_.lnf, wte_, N, C, V);
+  const kernels::LmHeadBf16 half = lm_head_half(ws_);  // as the training step computes them
+  for (int r0 = 0; r0 < N; r0 += ws_.ce_chunk)
+    kernels::ce_detail::chunk_logits(out + (size_t)r0 * V, ws_.lnf + (size_t)r0 * C, wte_, std::min(ws_.ce_chunk, N - r0), C,
+                                     V, &half);
 }
 
 template <class T>

@@ -3,13 +3,16 @@
 // Memory: parameters, gradients and Adam moments are one buffer each (ParamRegistry); activations
 // for a (B, T) micro-batch are planned once in an Arena (plan()); nothing is allocated per step.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/bf16.h"
 #include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/goat.h"
 #include "kernels/rope.h"
 #include "model/config.h"
@@ -114,9 +117,16 @@ class GPT {
     bool rope = false, alibi = false, goat = false, xsa = false;
     int qkv_cols = 0;  // columns of the qkv projection: packed (H+2Hkv)·Dh, or GOAT's compact row
   };
+  // train.precision = bf16 (float models only): bf16 copies of the matrices the linear layers and
+  // the tied LM head multiply by, rewritten from the float weights at the start of every forward of
+  // the training workspace (one pass over 2 bytes per weight, so nothing can go stale).
+  struct HalfWeights {
+    bf16 *qkv_w = nullptr, *proj_w = nullptr, *fc_w = nullptr, *mlp_proj_w = nullptr;
+  };
   // Activations of one forward pass over (B, T) rows; inference and training each have one.
   struct Workspace {
     int B = 0, seq = 0;
+    bool half = false;  // the linear layers and LM head run on bf16 operands (training workspace, bf16)
     std::unique_ptr<ResidualState> residual;  // the residual kind's states and gradients (residual.h)
     struct Layer {
       T *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
@@ -124,6 +134,8 @@ class GPT {
       T* xsa_c = nullptr;       // XSA: c = y·v̂ per (b, h, i), saved by the attention forward
       T* xsa_gamma = nullptr;   // XSA: γ per head for this pass ([H])
       T* sink_slope = nullptr;  // GOAT: softplus(ρ_κ(h)) per head, the sink's row slope ([H])
+      // bf16: the linear layers' inputs rounded, kept from the forward for the dW products
+      bf16 *ln1_h = nullptr, *att_h = nullptr, *ln2_h = nullptr, *act_h = nullptr;
     };
     std::vector<Layer> layers;
     T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
@@ -135,7 +147,17 @@ class GPT {
     int ce_chunk = 0;
     T* attn_scratch = nullptr;  // the attention backward's partial dK, dV when B·Hkv is small
     size_t attn_scratch_size = 0;
+    bf16* dout_h = nullptr;                            // bf16: a linear layer's dout, rounded
+    bf16 *ce_x_h = nullptr, *ce_dlogits_h = nullptr;   // bf16: the LM head's chunk operands
   };
+  void refresh_half_weights();
+  std::array<size_t, 4> half_sizes(int l) const;  // elements of qkv, proj, fc, mlp.proj weights
+  // y = x·W + b, through the bf16 copies (x rounded into xh first) when ws.half.
+  void linear_fwd(const Workspace& ws, T* out, const T* x, bf16* xh, const T* w, const bf16* wh, const T* b, int N,
+                  int C, int OC) const;
+  void linear_bwd(const Workspace& ws, T* dx, T* dw, T* db, const T* dout, const T* x, const bf16* xh, const T* w,
+                  const bf16* wh, int N, int C, int OC) const;
+  kernels::LmHeadBf16 lm_head_half(const Workspace& ws) const;
   void bind_layers(LayerParams* table, T* base) const;
   void plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool training, bool count_only = false);
   struct LayoutOnly {};
@@ -155,6 +177,10 @@ class GPT {
   ParamRegistry reg_;
   Buffer params_, grads_;
   std::vector<LayerParams> layer_params_, layer_grads_;
+  bool bf16_ = false;  // train.precision = bf16
+  Buffer half_buf_;
+  std::vector<HalfWeights> half_layers_;
+  bf16* half_wte_ = nullptr;
   T *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
   kernels::RopeTable<T> rope_;

@@ -75,6 +75,72 @@ TEST(Linear, FewRowsWithinTheSummationBound) {
     }
 }
 
+// Mixed precision (train.precision = bf16): the layer's products take bf16 copies of x, W and dout
+// and return float. Every output is a float sum of exact products of the rounded operands, so
+// against the exact sum of those (double), each element lies within γ_n·Σ|terms| (n = the number
+// of terms plus one for what is added to: bias, dW's old value), γ_n = n·u/(1 − n·u), u = 2⁻²⁴,
+// plus n·2⁻¹²⁶ for the subnormals AVX512-BF16 flushes. dbias sums the float dout (unrounded).
+TEST(Linear, Bf16WithinTheFloatBoundOfTheRoundedOperands) {
+  const int N = 45, C = 52, OC = 67;
+  const auto x = test::random_vec<float>((size_t)N * C, 1), W = test::random_vec<float>((size_t)C * OC, 2);
+  const auto b = test::random_vec<float>(OC, 3), dout = test::random_vec<float>((size_t)N * OC, 4);
+  std::vector<bf16> xh(x.size()), Wh(W.size()), douth(dout.size());
+  to_bf16(xh.data(), x.data(), x.size());
+  to_bf16(Wh.data(), W.data(), W.size());
+  const auto r = [](bf16 v) { return double(to_float(v)); };
+  const auto gamma = [](double n) { return n * 0x1p-24 / (1 - n * 0x1p-24); };
+  const auto tiny = [](double n) { return n * 0x1p-126; };
+  for (bool with_bias : {true, false}) {
+    std::vector<float> out((size_t)N * OC, 7.0f);
+    linear_forward(out.data(), xh.data(), Wh.data(), with_bias ? b.data() : nullptr, N, C, OC);
+    double worst = 0;
+    for (int i = 0; i < N; ++i)
+      for (int o = 0; o < OC; ++o) {
+        double exact = with_bias ? b[o] : 0.0, mag = std::abs(exact);
+        for (int c = 0; c < C; ++c) {
+          const double t = r(xh[(size_t)i * C + c]) * r(Wh[(size_t)c * OC + o]);
+          exact += t, mag += std::abs(t);
+        }
+        worst = std::max(worst, std::abs(out[(size_t)i * OC + o] - exact) / (gamma(C + 1) * mag + tiny(C + 1)));
+      }
+    EXPECT_LE(worst, 1.0) << "forward, bias=" << with_bias;
+
+    std::vector<float> dx((size_t)N * C, 7.0f);
+    const auto dW0 = test::random_vec<float>((size_t)C * OC, 5), db0 = test::random_vec<float>(OC, 6);
+    auto dW = dW0, db = db0;
+    linear_backward(dx.data(), dW.data(), with_bias ? db.data() : nullptr, dout.data(), douth.data(), xh.data(), Wh.data(),
+                    N, C, OC);
+    for (size_t i = 0; i < dout.size(); ++i) ASSERT_EQ(douth[i].bits, to_bf16(dout[i]).bits);  // dout's copy, rounded
+    double worst_dx = 0, worst_dw = 0, worst_db = 0;
+    for (int i = 0; i < N; ++i)
+      for (int c = 0; c < C; ++c) {
+        double exact = 0, mag = 0;
+        for (int o = 0; o < OC; ++o) {
+          const double t = r(douth[(size_t)i * OC + o]) * r(Wh[(size_t)c * OC + o]);
+          exact += t, mag += std::abs(t);
+        }
+        worst_dx = std::max(worst_dx, std::abs(dx[(size_t)i * C + c] - exact) / (gamma(OC) * mag + tiny(OC)));
+      }
+    for (int c = 0; c < C; ++c)
+      for (int o = 0; o < OC; ++o) {
+        double exact = dW0[(size_t)c * OC + o], mag = std::abs(exact);
+        for (int i = 0; i < N; ++i) {
+          const double t = r(xh[(size_t)i * C + c]) * r(douth[(size_t)i * OC + o]);
+          exact += t, mag += std::abs(t);
+        }
+        worst_dw = std::max(worst_dw, std::abs(dW[(size_t)c * OC + o] - exact) / (gamma(N + 1) * mag + tiny(N + 1)));
+      }
+    for (int o = 0; o < OC && with_bias; ++o) {
+      double exact = db0[o], mag = std::abs(exact);
+      for (int i = 0; i < N; ++i) exact += dout[(size_t)i * OC + o], mag += std::abs(dout[(size_t)i * OC + o]);
+      worst_db = std::max(worst_db, std::abs(db[o] - exact) / (gamma(N + 1) * mag));
+    }
+    EXPECT_LE(worst_dx, 1.0) << "dx, bias=" << with_bias;
+    EXPECT_LE(worst_dw, 1.0) << "dW, bias=" << with_bias;
+    EXPECT_LE(worst_db, 1.0) << "db";
+  }
+}
+
 // dinp == nullptr skips the input gradient but still accumulates dweight.
 TEST(Linear, BackwardWithoutInputGradient) {
   const int N = 8, C = 5, OC = 6;

@@ -1,0 +1,69 @@
+// attnlab core: bfloat16 storage. A bf16 value is the upper 16 bits of a float (sign, the same 8
+// exponent bits, 7 mantissa bits): the same range as float, 8 significant bits. attnlab computes
+// in float and keeps bf16 only as a storage format for the operands of bf16 matrix products
+// (train.precision = bf16, docs/performance.md "bf16"): products of two bf16 values are exact in
+// float, so such a product is a float dot product of rounded inputs.
+//
+// Rounding float -> bf16 is to nearest, ties to even (each conversion's relative error is at most
+// 2^-8 = u_bf16); NaN stays NaN (quiet), ±inf stays ±inf; finite values above the largest bf16
+// round to ±inf as IEEE rounding does. bf16 -> float is exact.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace attnlab {
+
+struct bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(bf16) == 2, "bf16 is two bytes");
+
+inline constexpr float kBf16Unit = 1.0f / 256;  // unit roundoff of bf16: 2^-8
+
+inline uint16_t bf16_bits_from_float_bits(uint32_t u) {
+  // NaN: keep the sign and the top of the payload, force quiet.
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  // Round to nearest even: add 0x7fff plus the lowest kept bit; a carry into the exponent is the
+  // right result (including overflow to inf).
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline bf16 to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return bf16{bf16_bits_from_float_bits(u)};
+}
+
+inline float to_float(bf16 h) {
+  const uint32_t u = uint32_t(h.bits) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// dst[i] = to_bf16(src[i]), i < n (vectorized: integer operations only; one thread — callers
+// parallelize over rows).
+inline void to_bf16(bf16* __restrict dst, const float* __restrict src, size_t n) {
+  const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = s[i];
+    const uint16_t rounded = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint16_t nan = uint16_t((u >> 16) | 0x40u);
+    d[i] = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+  }
+}
+
+// Rows: dst (rows, cols) with leading dimension ldd from src (rows, cols) with lds, threads over rows.
+void to_bf16_rows(bf16* dst, size_t ldd, const float* src, size_t lds, int rows, int cols);
+
+inline void to_float(float* __restrict dst, const bf16* __restrict src, size_t n) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) d[i] = uint32_t(s[i]) << 16;
+}
+
+}  // namespace attnlab
