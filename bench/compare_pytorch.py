@@ -11,6 +11,8 @@ each in a fresh process, so drifting machine load hits both sides alike (docs/pe
 The ratio of a setting is the median over rounds of attnlab/torch measured back to back. Each
 process's peak resident set size (wait4's ru_maxrss) is reported beside it: the largest over rounds.
 Long context at B=1: `--seq-len 4096 --batch 1 --pos rope --settings torch2:sdpa`.
+Mixed precision: `--precision bf16 --settings torch2:bf16,torch2:compile-bf16` (attnlab with
+train.precision = bf16 against the peer's bf16 autocast).
 Decoding: `--decode N --checkpoint CKPT --settings torch2:sdpa` times `attnlab sample` (greedy, N
 tokens after the prompt "The", its reported decode tokens/s) against the peer's greedy loop with a
 static KV cache on a model of the checkpoint's shape (weights random: the speed does not depend on
@@ -238,7 +240,7 @@ def run_child(cmd, env, timeout):
 
 def run_attnlab(args, config_path):
     cmd = [args.attnlab, "bench", "--config", config_path, "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--json"]
+           "--warmup", str(args.warmup), "--json", "--set", f"train.precision={args.precision}"]
     proc = run_child(cmd, None, args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): "
@@ -338,6 +340,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="attnlab's train.precision (the peer's is its setting: bf16 = autocast)")
     ap.add_argument("--python2", default=shutil.which("python3") or "python3",
                     help="interpreter with PyPI torch 2.x (default: python3 on PATH)")
     ap.add_argument("--python113", default="/usr/bin/python3",
@@ -443,7 +447,7 @@ def main(argv=None):
               f"{args.checkpoint}; {args.decode} tokens, one sequence; {args.threads} threads; "
               f"{args.rounds} alternating rounds)\n")
     else:
-        print(f"\n### attnlab vs PyTorch, training step tokens/s ({model}; {args.threads} threads; "
+        print(f"\n### attnlab ({args.precision}) vs PyTorch, training step tokens/s ({model}; {args.threads} threads; "
               f"median of {args.steps} steps after {args.warmup} warmup, {args.rounds} alternating "
               f"rounds)\n")
     print("| peer | setting | torch tok/s (median, min–max) | attnlab tok/s | attnlab / torch "

@@ -241,4 +241,22 @@ TEST(Train, PeakFlopsIsMeasuredOnceOrOverridden) {
   EXPECT_EQ(c.gflops, 123.5);
   EXPECT_STREQ(c.source, "ATTNLAB_PEAK_GFLOPS");
   EXPECT_EQ(d.gflops, a.gflops);  // ignored: the measurement
+  // The bf16 peak: its own measurement and override; the float loop where the CPU has no
+  // AVX512-BF16 (gemm(bf16) widens to float there).
+  const PeakFlops h = peak_flops(2, true), h2 = peak_flops(2, true);
+  EXPECT_GT(h.gflops, 0);
+  EXPECT_EQ(h.gflops, h2.gflops);
+  EXPECT_STREQ(h.source, "measured");
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16")) EXPECT_STREQ(h.isa, "AVX512-BF16 dot product");
+  else EXPECT_STREQ(h.isa, a.isa);
+#else
+  EXPECT_STREQ(h.isa, a.isa);
+#endif
+  ::setenv("ATTNLAB_PEAK_GFLOPS_BF16", "456", 1);
+  const PeakFlops o = peak_flops(2, true), f = peak_flops(2);
+  ::unsetenv("ATTNLAB_PEAK_GFLOPS_BF16");
+  EXPECT_EQ(o.gflops, 456);
+  EXPECT_EQ(f.gflops, a.gflops);  // the fp32 figure does not follow the bf16 override
 }

@@ -143,11 +143,17 @@ void run_bench(const BenchArgs& a) {
     const Config& c = runs[0]->cfg;
     std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s, attention kernels %s\n", c.model.n_layer,
                 c.model.d_model, c.model.n_head, c.model.seq_len, c.train.batch_size, c.model.vocab_size, omp_threads(),
-                gemm_backend_name(), kernels::attention_kernels().name);
+                gemm_backend_name(c.train.precision == "bf16"), kernels::attention_kernels().name);
     std::printf("%d round%s x %d steps per variant%s, %s time; mean ± sd over %s; MFU against %.0f GFLOP/s (%s %s peak)\n",
                 rounds, rounds > 1 ? "s" : "", a.steps, runs.size() > 1 ? ", alternating" : "",
                 a.cpu_time ? "process CPU" : "wall", rounds > 1 ? "the rounds' median steps" : "the steps", peak.gflops,
                 peak.source, peak.isa);
+    for (auto& r : runs)
+      if (r->cfg.train.precision == "bf16") {
+        const PeakFlops p16 = peak_flops(omp_threads(), true);
+        std::printf("bf16 variants: MFU against %.0f GFLOP/s (%s %s peak)\n", p16.gflops, p16.source, p16.isa);
+        break;
+      }
     std::printf("%-16s %19s %21s %8s %6s %9s %15s\n", "variant", "ms/step", "tokens/s", "GFLOP/s", "MFU",
                 "act. MB", runs.size() > 1 ? "ratio (time)" : "");
   }
@@ -163,15 +169,16 @@ void run_bench(const BenchArgs& a) {
       if (rounds > 1) ratio.push_back(mine[i] / first[i]);
     }
     const Spread s_ms = spread(ms), s_tok = spread(tok), s_ratio = spread(ratio);
-    const double mfu = s_tok.mean * flops / (peak.gflops * 1e9) * 100.0;
+    const PeakFlops my_peak = peak_flops(omp_threads(), r->cfg.train.precision == "bf16");
+    const double mfu = s_tok.mean * flops / (my_peak.gflops * 1e9) * 100.0;
     if (a.json) {
       out.push_back({{"name", r->name}, {"tokens_per_s", tps}, {"ms_per_step_median", med * 1e3},
                      {"ratio", med / base}, {"gflops", gflops}, {"flops_per_token", flops}, {"steps", r->times.size()},
                      {"rounds", rounds}, {"ms_per_step_mean", s_ms.mean}, {"ms_per_step_sd", s_ms.sd},
                      {"tokens_per_s_mean", s_tok.mean}, {"tokens_per_s_sd", s_tok.sd},
                      {"ratio_mean", rounds > 1 ? s_ratio.mean : med / base}, {"ratio_sd", s_ratio.sd},
-                     {"round_ms_per_step", r->round_medians}, {"mfu_percent", mfu}, {"peak_gflops", peak.gflops},
-                     {"peak_source", peak.source}, {"cpu_time", a.cpu_time},
+                     {"round_ms_per_step", r->round_medians}, {"mfu_percent", mfu}, {"peak_gflops", my_peak.gflops},
+                     {"peak_source", my_peak.source}, {"peak_isa", my_peak.isa}, {"precision", r->cfg.train.precision}, {"cpu_time", a.cpu_time},
                      {"threads", omp_threads()}, {"attention_kernels", kernels::attention_kernels().name}, {"params", r->model.num_params()},
                      {"activation_bytes", r->model.activation_bytes()},
                      {"residual_activation_bytes", r->model.residual_activation_bytes()}, {"config", r->cfg.to_json()}});
@@ -224,6 +231,9 @@ void run_info(const ConfigArgs& args) {
   const PeakFlops peak = peak_flops(omp_threads());
   std::printf("fp32 peak (the MFU denominator): %.0f GFLOP/s, %s %s, %d threads\n", peak.gflops, peak.source, peak.isa,
               peak.threads);
+  const PeakFlops p16 = peak_flops(omp_threads(), true);
+  std::printf("bf16 peak (train.precision = bf16): %.0f GFLOP/s, %s %s, %d threads\n", p16.gflops, p16.source, p16.isa,
+              p16.threads);
   std::printf("attention kernels: %s (%s)\n", kernel_set_text().c_str(), gemm_backend_name());
 }
 

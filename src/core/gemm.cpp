@@ -224,6 +224,9 @@ void to_bf16_rows(bf16* dst, size_t ldd, const float* src, size_t lds, int rows,
   for (int r = 0; r < rows; ++r) to_bf16(dst + r * ldd, src + r * lds, size_t(cols));
 }
 
-const char* gemm_backend_name() { return "oneDNN matmul (fp32)"; }
+const char* gemm_backend_name(bool bf16) {
+  if (!bf16) return "oneDNN matmul (fp32)";
+  return bf16_matmul_native() ? "oneDNN matmul (bf16 operands)" : "oneDNN matmul (bf16 operands widened to fp32: no bf16 matmul on this CPU)";
+}
 
 }  // namespace attnlab

@@ -66,7 +66,7 @@ enum class GemmStridedCopies { automatic, always, never };
 void set_gemm_strided_copies(GemmStridedCopies mode);
 bool gemm_strided_copies_active();
 
-// Which backend gemm(float) uses, for the resolved-config banner.
-const char* gemm_backend_name();
+// Which backend gemm(float), or with bf16 = true gemm(bf16), uses, for the banners.
+const char* gemm_backend_name(bool bf16 = false);
 
 }  // namespace attnlab

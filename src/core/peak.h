@@ -1,4 +1,4 @@
-// attnlab core: the machine's fp32 peak, measured, as the denominator of MFU figures.
+// attnlab core: the machine's fp32 (and bf16) peak, measured, as the denominator of MFU figures.
 // docs/performance.md ("Model FLOPs and MFU") has the method and the values measured so far.
 #pragma once
 
@@ -18,6 +18,9 @@ struct PeakFlops {
 // and the best of many short trials finds moments it was not shared). About 0.1 s the first time;
 // cached per process for the last thread count asked. ATTNLAB_PEAK_GFLOPS (a positive number)
 // replaces the measurement, for users who know their peak or want one figure across machines.
-PeakFlops peak_flops(int threads);
+// bf16 = true: the peak of the bf16 products instead (train.precision = bf16): AVX512-BF16's dot
+// product (64 FLOPs per instruction) where the CPU has it, else the float FMA peak (gemm(bf16)
+// widens to float there); ATTNLAB_PEAK_GFLOPS_BF16 replaces it.
+PeakFlops peak_flops(int threads, bool bf16 = false);
 
 }  // namespace attnlab

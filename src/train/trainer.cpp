@@ -394,14 +394,17 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   const size_t tokens_per_step = (size_t)B * T * tc.grad_accum;
   // The MFU denominator: this machine's FMA peak over the threads the run uses, measured once
   // here (about 0.1 s), not in the step loop.
-  const PeakFlops peak = opts.quiet ? PeakFlops{} : peak_flops(omp_threads());
+  const bool bf16 = cfg.train.precision == "bf16";
+  const PeakFlops peak = opts.quiet ? PeakFlops{} : peak_flops(omp_threads(), bf16);
   if (!opts.quiet) {
     std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, attention kernels %s, %d threads\n",
-                model.num_params(), model.activation_bytes() / 1e6, gemm_backend_name(),
+                model.num_params(), model.activation_bytes() / 1e6, gemm_backend_name(bf16),
                 kernels::attention_kernels().name, omp_threads());
     std::printf("MFU = model FLOPs (%.3g per token) / %.0f GFLOP/s, the %s %s peak of %d threads "
-                "(ATTNLAB_PEAK_GFLOPS overrides)\n",
-                flops_tok, peak.gflops, peak.source, peak.isa, peak.threads);
+                "(%s overrides)%s\n",
+                flops_tok, peak.gflops, peak.source, peak.isa, peak.threads,
+                bf16 ? "ATTNLAB_PEAK_GFLOPS_BF16" : "ATTNLAB_PEAK_GFLOPS",
+                bf16 ? "; train.precision = bf16: the products on bf16 operands" : "");
     std::printf("%s; %zu tokens per step\n", loader.describe().c_str(), tokens_per_step);
     if (resuming) std::printf("resumed from %s at step %lld\n", opts.resume.c_str(), (long long)state.step);
     std::fflush(stdout);
