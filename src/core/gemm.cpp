@@ -137,6 +137,12 @@ void gemm_tn_copied(bool copy_a, bool copy_b, int M, int N, int K, float alpha, 
   }
 }
 
+// C = beta·C: a product with K = 0 (oneDNN rejects it; the sum is empty).
+void scale_c(int M, int N, float beta, float* C, int ldc) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) C[(size_t)m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[(size_t)m * ldc + n];
+}
+
 bool cpu_has_avx512f() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool yes = [] {
@@ -164,11 +170,7 @@ bool gemm_strided_copies_active() {
 void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // oneDNN rejects K = 0; the product is empty
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < N; ++n) C[(size_t)m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[(size_t)m * ldc + n];
-    return;
-  }
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
   if (transA && !transB && gemm_strided_copies_active()) {
     const auto narrow = [](int width) { return width >= kNarrowMin && width <= kNarrowMax; };
     const bool copy_a = lda % kAliasFloats == 0 && narrow(N);
@@ -181,12 +183,9 @@ void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const floa
 void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
           float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < N; ++n) C[(size_t)m * ldc + n] = beta == 0.0f ? 0.0f : beta * C[(size_t)m * ldc + n];
-    return;
-  }
-  if (bf16_matmul_native() && !bf16_widen_forced.load()) return execute(true, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  if (bf16_matmul_native() && !bf16_widen_forced.load())
+    return execute(true, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   // No bf16 matmul in oneDNN on this CPU: the operands widened to float (exactly) and multiplied in
   // float — the same products, summed in float as the native path does, only not faster.
   const size_t a_rows = transA ? K : M, a_cols = transA ? M : K;
