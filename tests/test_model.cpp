@@ -242,7 +242,7 @@ TEST(Model, InitStatistics) {
 // nearly cancel: rounding the weights alone moves them by O(1) relative, which the yardstick
 // follows). A wrong or stale operand moves everything by O(1) where the yardstick is ~u.
 TEST(Model, Bf16StepFollowsTheFloatStep) {
-  const double u = 1.0 / 256;
+  const double u = kBf16Unit;  // 2⁻⁸
   for (const char* extra : {"attn.pos = rope\n", "model.mlp = swiglu\nmodel.norm = rmsnorm\nmodel.bias = false\n",
                             "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.sink = learned\nattn.xsa = on\n",
                             "residual.kind = mhc\n", "residual.kind = dar\nresidual.block_size = 1\n"}) {
