@@ -1,5 +1,7 @@
-// oneDNN 2.6 matmul behind attnlab::gemm. Primitives are created once per distinct shape and
-// reused (creation costs ~100 us; a training step calls gemm ~30 times with a handful of shapes).
+// oneDNN matmul behind attnlab::gemm: Debian's 2.6 by default, or a 3.x (CMakeLists.txt,
+// ATTNLAB_ONEDNN_DIR; the two differ only in how a primitive is described, below). Primitives are
+// created once per distinct shape and reused (creation costs ~100 us; a training step calls gemm ~30
+// times with a handful of shapes).
 #include "core/gemm.h"
 
 #include <dnnl.hpp>
@@ -56,14 +58,21 @@ Cached& lookup(Engine& e, bool half, bool ta, bool tb, int M, int N, int K, int 
   dnnl::memory::desc b(dims{K, N}, in, tb ? dims{1, ldb} : dims{ldb, 1});
   dnnl::memory::desc c(dims{M, N}, dt::f32, dims{ldc, 1});
   dnnl::primitive_attr attr;
+  dnnl::post_ops po;
+#if DNNL_VERSION_MAJOR >= 3
+  // 3.x has no output scales: alpha is a linear post-op, applied to the product before the sum (one
+  // rounding of alpha·acc, as the 2.x output scale).
+  if (alpha != 1.0f) po.append_eltwise(dnnl::algorithm::eltwise_linear, alpha, 0.0f);
+#else
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
-  }
-  dnnl::matmul::desc md(a, b, c);
-  dnnl::matmul::primitive_desc pd(md, attr, e.eng);
+#endif
+  if (beta != 0.0f) po.append_sum(beta);
+  if (po.len() > 0) attr.set_post_ops(po);
+#if DNNL_VERSION_MAJOR >= 3
+  dnnl::matmul::primitive_desc pd(e.eng, a, b, c, attr);
+#else
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, e.eng);
+#endif
   dnnl::memory ma(a, e.eng, DNNL_MEMORY_NONE), mb(b, e.eng, DNNL_MEMORY_NONE), mc(c, e.eng, DNNL_MEMORY_NONE);
   Cached entry{dnnl::matmul(pd), ma, mb, mc, {{DNNL_ARG_SRC, ma.get()}, {DNNL_ARG_WEIGHTS, mb.get()}, {DNNL_ARG_DST, mc.get()}}};
   auto res = e.cache.emplace(key, std::move(entry));
@@ -209,7 +218,11 @@ bool bf16_matmul_native() {
       using dims = dnnl::memory::dims;
       Engine& e = engine();
       dnnl::memory::desc a(dims{16, 16}, dt::bf16, dims{16, 1}), c(dims{16, 16}, dt::f32, dims{16, 1});
+#if DNNL_VERSION_MAJOR >= 3
+      dnnl::matmul::primitive_desc pd(e.eng, a, a, c);
+#else
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), e.eng);
+#endif
       return true;
     } catch (const dnnl::error&) {
       return false;

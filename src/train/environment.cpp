@@ -4,9 +4,12 @@
 #include <immintrin.h>
 #endif
 #include <dnnl.h>
+#if DNNL_VERSION_MAJOR < 3
 #include <dnnl_debug.h>
+#endif
 
 #include <fstream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "core/threads.h"
@@ -14,6 +17,29 @@
 namespace attnlab {
 
 namespace {
+// The instruction set oneDNN dispatches to on this CPU (its JIT kernels' choice).
+std::string onednn_isa() {
+#if DNNL_VERSION_MAJOR >= 3
+  // 3.x dropped dnnl_cpu_isa2str; the names of 3.2's enum.
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2_vnni_2: return "avx2_vnni_2";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_fp16: return "avx512_core_fp16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_amx_fp16: return "avx512_core_amx_fp16";
+    default: return "isa " + std::to_string(int(dnnl_get_effective_cpu_isa()));
+  }
+#else
+  return dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+#endif
+}
+
 std::string build_isa() {
   std::string s;
   auto add = [&](const char* name) { s += s.empty() ? name : std::string(",") + name; };
@@ -50,7 +76,7 @@ std::string cpu_model() {
 std::string numeric_environment_json() {
   nlohmann::json j;
   j["threads"] = std::to_string(omp_threads());
-  j["cpu_isa"] = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+  j["cpu_isa"] = onednn_isa();
   j["build_isa"] = build_isa();
   const dnnl_version_t* v = dnnl_version();
   j["onednn"] = std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +
