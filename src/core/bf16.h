@@ -8,9 +8,11 @@
 // 2^-8 = u_bf16); NaN stays NaN (quiet), ±inf stays ±inf; finite values above the largest bf16
 // round to ±inf as IEEE rounding does. bf16 -> float is exact.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace attnlab {
 
@@ -65,5 +67,35 @@ inline void to_float(float* __restrict dst, const bf16* __restrict src, size_t n
 #pragma omp simd
   for (size_t i = 0; i < n; ++i) d[i] = uint32_t(s[i]) << 16;
 }
+
+// y[0..n) = f(0), ..., f(n−1) stored as Out. For float or double Out the values are written as
+// they are; for bf16 they are computed into a float tile on the stack (in L1) and rounded from there,
+// the bits to_bf16 gives for the same float values, without a float copy of the row in memory. One
+// thread; inside a row kernel's own loop over rows.
+// (GCC 12 reports `tile` as maybe uninitialized where to_bf16 reads it after inlining; every lane it
+// reads was written just before.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <class Out, class F>
+inline void store_row(Out* __restrict y, int n, F&& f) {
+  if constexpr (std::is_same_v<Out, bf16>) {
+    constexpr int kTile = 256;
+    alignas(64) float tile[kTile];
+    for (int c0 = 0; c0 < n; c0 += kTile) {
+      const int m = std::min(kTile, n - c0);
+#pragma omp simd
+      for (int c = 0; c < m; ++c) tile[c] = float(f(c0 + c));
+      to_bf16(y + c0, tile, size_t(m));
+    }
+  } else {
+#pragma omp simd
+    for (int c = 0; c < n; ++c) y[c] = Out(f(c));
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace attnlab

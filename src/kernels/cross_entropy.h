@@ -164,17 +164,23 @@ double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const 
     const int n = std::min(chunk_rows, N - r0);
     const T* xr = x + (size_t)r0 * C;
     ce_detail::chunk_logits(scratch, xr, wte, n, C, V, half);
+    // With bf16 products, each row of dlogits is rounded into half->dlogits while it is still in cache.
+    bf16* dlogits_h = nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      if (half) dlogits_h = half->dlogits;
 #pragma omp parallel for schedule(static) if ((size_t)n * V >= ce_detail::kParallelMinElements)
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < n; ++i) {
       row_loss[i] = softmax_ce_row_forward_backward(scratch + (size_t)i * V, V, targets[r0 + i],
                                                     row_weights ? T(grad_scale * row_weights[r0 + i]) : grad_scale);
+      if constexpr (std::is_same_v<T, float>)
+        if (dlogits_h) to_bf16(dlogits_h + (size_t)i * V, scratch + (size_t)i * V, size_t(V));
+    }
     // dx_rows (n,C) = dlogits (n,V) · wte (V,C); dwte (V,C) += dlogitsᵀ (V,n) · x_rows (n,C). With V
     // a multiple of 1024 and C ≤ 256 on a CPU without AVX-512, gemm reads dlogits through padded
     // copies (core/gemm.h).
     bool done = false;
     if constexpr (std::is_same_v<T, float>) {
       if (half) {
-        to_bf16_rows(half->dlogits, V, scratch, V, n, V);
         gemm(false, false, n, C, V, 1.0f, half->dlogits, V, half->wte, C, 0.0f, dx + (size_t)r0 * C, C);
         gemm(true, false, V, C, n, 1.0f, half->dlogits, V, half->x, C, 1.0f, dwte, C);
         done = true;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "core/gemm.h"
 
@@ -122,9 +123,9 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
 //   dweight (C,OC) += inpᵀ · dout  (gemm beta = 1).
 //   dbias (OC)     += column sums of dout, if dbias is non-null.
 // The column sums run with threads splitting the columns (each walks all rows over its own range),
-// race-free without scratch.
+// race-free without scratch. With dout_h (float only), the same pass also rounds dout into it.
 template <class Real>
-void bias_backward(Real* dbias, const Real* dout, int N, int OC) {
+void bias_backward(Real* dbias, const Real* dout, int N, int OC, bf16* dout_h = nullptr) {
 #pragma omp parallel
   {
     const int n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
@@ -132,6 +133,8 @@ void bias_backward(Real* dbias, const Real* dout, int N, int OC) {
     const int c0 = std::min(OC, thread * chunk), c1 = std::min(OC, c0 + chunk);
     for (int i = 0; i < N && c0 < c1; ++i) {
       const Real* dy = dout + (size_t)i * OC;
+      if constexpr (std::is_same_v<Real, float>)
+        if (dout_h) to_bf16(dout_h + (size_t)i * OC + c0, dy + c0, size_t(c1 - c0));
 #pragma omp simd
       for (int c = c0; c < c1; ++c) dbias[c] += dy[c];
     }
@@ -162,12 +165,13 @@ inline void linear_forward(float* out, const bf16* inp, const bf16* weight, cons
 // dout (N,OC) float is rounded to bf16 into dout_h (N·OC scratch), then
 //   dinp (N,C) = dout_h · W_hᵀ  WRITTEN (skipped when null);  dweight (C,OC) += inp_hᵀ · dout_h (float);
 //   dbias += column sums of the float dout.
+// With a bias, the rounding and the column sums read dout once, together (bias_backward).
 inline void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, bf16* dout_h, const bf16* inp,
                             const bf16* weight, int N, int C, int OC) {
-  to_bf16_rows(dout_h, OC, dout, OC, N, OC);
+  if (dbias) bias_backward(dbias, dout, N, OC, dout_h);
+  else to_bf16_rows(dout_h, OC, dout, OC, N, OC);
   if (dinp) gemm(false, true, N, C, OC, 1.0f, dout_h, OC, weight, OC, 0.0f, dinp, C);
   gemm(true, false, C, OC, N, 1.0f, inp, C, dout_h, OC, 1.0f, dweight, OC);
-  if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,12 +16,14 @@
 // Header-only templates on the scalar type `Real`; for double (the finite-difference tests) exp_fast
 // is std::exp, so the float polynomial is tested against the references instead.
 #pragma once
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
+#include "core/bf16.h"
 #include "kernels/math.h"
 #include "kernels/parallel.h"
 
@@ -73,6 +75,21 @@ void gelu_forward(Real* out, const Real* inp, size_t n) {
   }
 }
 
+// The same values rounded to bf16 (train.precision = bf16: the activation is only the bf16 input of
+// the MLP's output projection), in blocks of kBlock through an L1 tile (store_row), no float copy.
+inline void gelu_forward(bf16* out, const float* inp, size_t n) {
+  constexpr size_t kBlock = 1024;
+  const float two_c = float(2 * kGeluC), a = float(kGeluA);
+  const long blocks = long((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (long bi = 0; bi < blocks; ++bi) {
+    const size_t i0 = size_t(bi) * kBlock;
+    const float* h = inp + i0;
+    store_row(out + i0, int(std::min(kBlock, n - i0)),
+              [&](int j) { return h[j] / (1.0f + exp_fast(-two_c * (h[j] + a * h[j] * h[j] * h[j]))); });
+  }
+}
+
 // GELU backward: dinp (n) = dout (n) ∘ GELU′(inp (n)), WRITTEN. dinp may alias dout.
 template <class Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, size_t n) {
@@ -90,15 +107,14 @@ void gelu_backward(Real* dinp, const Real* dout, const Real* inp, size_t n) {
 // ---------------------------------------------------------------------------------------------
 // SwiGLU forward. gate_up (N, 2·Hd) holds [p = u·W_g | q = u·W_u] per row (one GEMM against the
 // concatenated [W_g | W_u] produces it); out (N,Hd) = SiLU(p)∘q, SiLU(p) = p·σ(p).
-template <class Real>
-void swiglu_forward(Real* out, const Real* gate_up, int N, int Hd) {
+// Out = bf16: rounded through an L1 tile, as gelu_forward's bf16 form.
+template <class Real, class Out = Real>
+void swiglu_forward(Out* out, const Real* gate_up, int N, int Hd) {
 #pragma omp parallel for schedule(static) if ((size_t)N * Hd >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     const Real* p = gate_up + (size_t)i * 2 * Hd;
     const Real* q = p + Hd;
-    Real* o = out + (size_t)i * Hd;
-#pragma omp simd
-    for (int j = 0; j < Hd; ++j) o[j] = p[j] / (Real(1) + exp_fast(-p[j])) * q[j];
+    store_row(out + (size_t)i * Hd, Hd, [&](int j) { return p[j] / (Real(1) + exp_fast(-p[j])) * q[j]; });
   }
 }
 

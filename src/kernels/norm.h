@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
+#include "core/bf16.h"
 #include "kernels/parallel.h"
 
 namespace attnlab::kernels {
@@ -38,14 +40,16 @@ inline constexpr int kNormRowBlock = 64;
 // |μ| puts several ulp(|μ|) of error into μ (measured 2.4e-6 of the output scale at |μ| = 60), the
 // shifted sum only μ's own fp32 rounding (6.7e-7, the same as double accumulation, which costs
 // 30–50% more time single-threaded).
-template <class Real>
-void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight, const Real* bias,
+// Out = bf16 (train.precision = bf16, Real = float): out is the bf16 input of the next linear layer,
+// rounded from a float tile in L1 (store_row), never stored in float; the statistics stay float.
+template <class Real, class Out = Real>
+void layernorm_forward(Out* out, Real* mean, Real* rstd, const Real* inp, const Real* weight, const Real* bias,
                        int N, int C) {
   const double eps = kLayerNormEps;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     const Real* x = inp + (size_t)i * C;
-    Real* y = out + (size_t)i * C;
+    Out* y = out + (size_t)i * C;
     const Real shift = x[0];
     Real sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -55,7 +59,10 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
 #pragma omp simd reduction(+ : sq)
     for (int c = 0; c < C; ++c) sq += (x[c] - mu) * (x[c] - mu);
     const Real r = Real(1.0 / std::sqrt(double(sq) / C + eps));
-    if (bias) {
+    if constexpr (!std::is_same_v<Out, Real>) {
+      if (bias) store_row(y, C, [&](int c) { return (x[c] - mu) * r * weight[c] + bias[c]; });
+      else store_row(y, C, [&](int c) { return (x[c] - mu) * r * weight[c]; });
+    } else if (bias) {
 #pragma omp simd
       for (int c = 0; c < C; ++c) y[c] = (x[c] - mu) * r * weight[c] + bias[c];
     } else {
@@ -130,19 +137,19 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
 
 // ---------------------------------------------------------------------------------------------
 // RMSNorm forward. out (N,C); rstd (N) saved (may be nullptr); inp (N,C); weight γ (C).
-template <class Real>
-void rmsnorm_forward(Real* out, Real* rstd, const Real* inp, const Real* weight, int N, int C) {
+// Out = bf16: as layernorm_forward.
+template <class Real, class Out = Real>
+void rmsnorm_forward(Out* out, Real* rstd, const Real* inp, const Real* weight, int N, int C) {
   const double eps = kRmsNormEps;
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= kParallelMinElements)
   for (int i = 0; i < N; ++i) {
     const Real* x = inp + (size_t)i * C;
-    Real* y = out + (size_t)i * C;
+    Out* y = out + (size_t)i * C;
     Real sq = 0;
 #pragma omp simd reduction(+ : sq)
     for (int c = 0; c < C; ++c) sq += x[c] * x[c];
     const Real r = Real(1.0 / std::sqrt(double(sq) / C + eps));
-#pragma omp simd
-    for (int c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+    store_row(y, C, [&](int c) { return x[c] * r * weight[c]; });
     if (rstd) rstd[i] = r;
   }
 }

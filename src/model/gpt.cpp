@@ -193,7 +193,7 @@ void GPT<T>::linear_fwd(const Workspace& ws, T* out, const T* x, bf16* xh, const
                         int C, int OC) const {
   if constexpr (std::is_same_v<T, float>) {
     if (ws.half) {
-      to_bf16_rows(xh, C, x, C, N, C);
+      if (x) to_bf16_rows(xh, C, x, C, N, C);  // x == nullptr: xh was written directly
       return kernels::linear_forward(out, xh, wh, b, N, C, OC);
     }
   }
@@ -315,17 +315,17 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
     residual_->plan(arena, *ws.residual, N, training);
     ws.layers.assign(L, {});
     for (auto& l : ws.layers) {
-      l.ln1 = arena.template take<T>(N * C);
+      l.ln1 = half ? nullptr : arena.template take<T>(N * C);  // bf16: only ln1_h
       l.ln1_mean = arena.template take<T>(N);
       l.ln1_rstd = arena.template take<T>(N);
       l.qkv = arena.template take<T>(N * m.qkv_dim());
       l.att = arena.template take<T>(N * H * m.head_dim());
       l.lse = arena.template take<T>(N * H);
-      l.ln2 = arena.template take<T>(N * C);
+      l.ln2 = half ? nullptr : arena.template take<T>(N * C);  // bf16: only ln2_h
       l.ln2_mean = arena.template take<T>(N);
       l.ln2_rstd = arena.template take<T>(N);
       l.fc = arena.template take<T>(N * fc_cols);
-      l.act = arena.template take<T>(N * m.mlp_hidden);
+      l.act = half ? nullptr : arena.template take<T>(N * m.mlp_hidden);  // bf16: only act_h
       if (half) {
         l.ln1_h = arena.template take<bf16>(N * C);
         l.att_h = arena.template take<bf16>(N * H * m.head_dim());
@@ -398,9 +398,25 @@ void GPT<T>::plan_count_only(int B, int seq) {
 }
 
 template <class T>
-void GPT<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const {
+template <class Out>
+void GPT<T>::norm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const {
   if (cfg_.model.norm == "layernorm") kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.model.d_model);
   else kernels::rmsnorm_forward(out, rstd, inp, w, N, cfg_.model.d_model);
+}
+
+template <class T>
+void GPT<T>::mlp_activation(const Workspace& ws, T* act, bf16* act_h, const T* fc, int N) const {
+  const int hidden = cfg_.model.mlp_hidden;
+  const bool gelu = cfg_.model.mlp == "gelu";
+  if constexpr (std::is_same_v<T, float>) {
+    if (ws.half) {
+      if (gelu) kernels::gelu_forward(act_h, fc, (size_t)N * hidden);
+      else kernels::swiglu_forward(act_h, fc, N, hidden);
+      return;
+    }
+  }
+  if (gelu) kernels::gelu_forward(act, fc, (size_t)N * hidden);
+  else kernels::swiglu_forward(act, fc, N, hidden);
 }
 
 template <class T>
@@ -431,7 +447,10 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
     const LayerAttention& la = lattn_[l];
     auto& a = ws.layers[l];
     const T* x = R.read(rs, 2 * l + 1, N);
-    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
+    // With bf16 products the norms and the activation write their linear layer's bf16 input directly
+    // (a.ln1, a.ln2, a.act are then null: nothing else reads them).
+    if (ws.half) norm_forward(a.ln1_h, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
+    else norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
     if (la.goat) {  // compact projection, then the §3.4 lanes packed around it
       linear_fwd(ws, ws.qkvc, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, p.qkv_b, N, C, la.qkv_cols);
       kernels::goat_pack_forward(a.qkv, a.sink_slope, ws.goat_u, ws.qkvc, p.goat_params(), goat_tab_, goat_shape_, B, Tq,
@@ -479,10 +498,10 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
     linear_fwd(ws, R.branch(rs, 2 * l + 1), a.att, a.att_h, p.proj_w, hw.proj_w, p.proj_b, N, H * Dh, C);
     R.write(rs, 2 * l + 1, N);
     const T* x1 = R.read(rs, 2 * l + 2, N);
-    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, x1, p.ln2_w, p.ln2_b, N);
+    if (ws.half) norm_forward(a.ln2_h, a.ln2_mean, a.ln2_rstd, x1, p.ln2_w, p.ln2_b, N);
+    else norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, x1, p.ln2_w, p.ln2_b, N);
     linear_fwd(ws, a.fc, a.ln2, a.ln2_h, p.fc_w, hw.fc_w, p.fc_b, N, C, fc_cols);
-    if (m.mlp == "gelu") kernels::gelu_forward(a.act, a.fc, (size_t)N * hidden);
-    else kernels::swiglu_forward(a.act, a.fc, N, hidden);
+    mlp_activation(ws, a.act, a.act_h, a.fc, N);
     linear_fwd(ws, R.branch(rs, 2 * l + 2), a.act, a.act_h, p.mlp_proj_w, hw.mlp_proj_w, p.mlp_proj_b, N, hidden, C);
     R.write(rs, 2 * l + 2, N);
   }

@@ -168,7 +168,10 @@ class GPT {
   // The attention kernel's optional terms for layer l (ALiBi, GOAT's sink slope, XSA with γ written
   // into a.xsa_gamma for this pass).
   kernels::AttentionExtras<T> attention_extras(int l, const typename Workspace::Layer& a) const;
-  void norm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const;
+  template <class Out>  // T, or bf16 (the bf16 input of the next linear layer)
+  void norm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const;
+  // The MLP's activation of fc into act, or with ws.half into act_h (act is then null).
+  void mlp_activation(const Workspace& ws, T* act, bf16* act_h, const T* fc, int N) const;
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd, int N) const;
 
   Config cfg_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "check.h"
+#include "core/bf16.h"
 #include "kernels/mlp.h"
 
 using namespace attnlab;
@@ -147,4 +148,40 @@ TEST(SwiGLU, HiddenWidthRule) {
   EXPECT_EQ(swiglu_hidden(384), 1024);  // exactly 16
   EXPECT_EQ(swiglu_hidden(512), 1408);  // 21.33 → 22
   EXPECT_EQ(swiglu_hidden(24), 64);     // 1 → 64
+}
+
+// train.precision = bf16: GELU and SwiGLU write the bf16 input of the MLP's output projection
+// directly (an L1 tile rounded, store_row). Each value is the float kernel's value rounded once,
+// |h − y| ≤ u·|y| (u = 2⁻⁸), up to what two float evaluations of the same formula may differ by
+// (FMA contraction in one loop and not the other): the exponent's argument z moves by a few ulp of
+// its terms, which moves e^z relatively by ≤ 4·2⁻²⁴·(|z| + 1), and the quotient a little more:
+// bounded by 16·2⁻²⁴·(|z| + 1)·|y| with z ≤ 12 for |inputs| ≤ 4. n = 2500 crosses GELU's 1024-value
+// blocks with a partial last one; Hd = 300 crosses SwiGLU's 256-value tile. Nothing past the end
+// may be written.
+TEST(MlpActivations, Bf16OutputIsTheFloatOutputRoundedOnce) {
+  const double u = kBf16Unit, slack = 16 * 13 * std::ldexp(1.0, -24);
+  auto check = [&](const std::vector<float>& y, const std::vector<bf16>& h, const char* what) {
+    int bad = 0;
+    for (size_t k = 0; k < y.size(); ++k) {
+      const double err = std::fabs(double(to_float(h[k])) - y[k]);
+      if (!(err <= (u + slack) * std::fabs(y[k])) && ++bad <= 5)
+        ADD_FAILURE() << what << " " << k << ": bf16 " << to_float(h[k]) << " float " << y[k];
+    }
+    EXPECT_EQ(bad, 0) << what;
+    for (size_t k = y.size(); k < h.size(); ++k) EXPECT_EQ(h[k].bits, 0x7fc1) << what << " written past the end";
+  };
+  const size_t n = 2500;
+  auto x = test::random_vec<float>(n, 41, 4.0);
+  std::vector<float> y(n);
+  std::vector<bf16> h(n + 8, bf16{0x7fc1});
+  gelu_forward(y.data(), x.data(), n);
+  gelu_forward(h.data(), x.data(), n);
+  check(y, h, "gelu");
+  const int N = 9, Hd = 300;
+  auto gu = test::random_vec<float>((size_t)N * 2 * Hd, 42, 4.0);
+  std::vector<float> ys((size_t)N * Hd);
+  std::vector<bf16> hs(ys.size() + 8, bf16{0x7fc1});
+  swiglu_forward(ys.data(), gu.data(), N, Hd);
+  swiglu_forward(hs.data(), gu.data(), N, Hd);
+  check(ys, hs, "swiglu");
 }

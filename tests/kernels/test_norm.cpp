@@ -1,9 +1,11 @@
 // LayerNorm and RMSNorm (src/kernels/norm.h, docs/mechanisms.md §1.1 table): fast kernels against the
 // double-accumulating naive references in float, and every gradient (input, γ, β) against central
 // finite differences in double, with the loss a random linear functional L = Σ w∘out of the output.
+#include <cmath>
 #include <vector>
 
 #include "check.h"
+#include "core/bf16.h"
 #include "kernels/norm.h"
 
 using namespace attnlab;
@@ -148,4 +150,45 @@ TEST(Norms, EpsilonValues) {
   EXPECT_NEAR(rstd, 1.0 / std::sqrt(1e-5), 1e-9);
   rmsnorm_forward(out.data(), &rstd, zero.data(), w.data(), 1, C);
   EXPECT_NEAR(rstd, 1.0 / std::sqrt(1e-6), 1e-9);
+}
+
+// train.precision = bf16: the norms write their bf16 output through an L1 tile (store_row) instead of
+// a float row. Each value is the float kernel's value rounded once: |h − y| ≤ u·|y| (u = 2⁻⁸), plus
+// the difference two float evaluations of the same formula may have (the compiler may contract a
+// product and a sum into an FMA in one loop and not in the other): at most 4·2⁻²⁴ of the terms'
+// magnitude |(x − μ)·r·γ| + |β|. C = 300 crosses the 256-value tile; the γ, β statistics (mean,
+// rstd) must be the float kernel's bits, and nothing past the last row may be written.
+TEST(Norms, Bf16OutputIsTheFloatOutputRoundedOnce) {
+  const int N = 40, C = 300;
+  const double u = kBf16Unit, f = std::ldexp(1.0, -24);
+  auto w = test::random_vec<float>(C, 31), b = test::random_vec<float>(C, 32);
+  for (int kind = 0; kind < 3; ++kind)  // layernorm with β, without β, rmsnorm
+  for (float shift : {0.0f, 30.0f}) {
+    SCOPED_TRACE(testing::Message() << "kind " << kind << " shift " << shift);
+    auto x = offset_rows(N, C, 33, shift);
+    const float* bias = kind == 0 ? b.data() : nullptr;
+    std::vector<float> y((size_t)N * C), mean(N), rstd(N), mean_h(N), rstd_h(N);
+    std::vector<bf16> h((size_t)N * C + 8, bf16{0x7fc1});  // a NaN sentinel past the end
+    if (kind < 2) {
+      layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), bias, N, C);
+      layernorm_forward(h.data(), mean_h.data(), rstd_h.data(), x.data(), w.data(), bias, N, C);
+      EXPECT_EQ(mean, mean_h);
+    } else {
+      rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C);
+      rmsnorm_forward(h.data(), rstd_h.data(), x.data(), w.data(), N, C);
+    }
+    EXPECT_EQ(rstd, rstd_h);
+    int bad = 0;
+    for (int i = 0; i < N; ++i)
+      for (int c = 0; c < C; ++c) {
+        const size_t k = (size_t)i * C + c;
+        const double centred = kind < 2 ? double(x[k]) - mean[i] : double(x[k]);
+        const double mag = std::fabs(centred * rstd[i] * w[c]) + (bias ? std::fabs(bias[c]) : 0.0);
+        const double err = std::fabs(double(to_float(h[k])) - y[k]);
+        if (!(err <= u * std::fabs(y[k]) + 4 * f * mag) && ++bad <= 5)
+          ADD_FAILURE() << "row " << i << " col " << c << ": bf16 " << to_float(h[k]) << " float " << y[k];
+      }
+    EXPECT_EQ(bad, 0);
+    for (size_t k = (size_t)N * C; k < h.size(); ++k) EXPECT_EQ(h[k].bits, 0x7fc1) << "written past the end";
+  }
 }
