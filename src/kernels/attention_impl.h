@@ -218,8 +218,11 @@ template <class T>
 inline constexpr int kBand = Simd<T>::W == 1 ? 2 : Simd<T>::W;
 
 // Most vectors per micro-kernel call; wider products are split into chunks of this many. Four (64
-// float lanes) keeps a chunk's B operand in L1: with 8, Dh = 128 ran at half the speed.
-inline constexpr int kMaxVectors = 4;
+// float lanes) keeps a chunk's B operand in L1: with 8, Dh = 128 ran at half the speed. With 16
+// registers (AVX2) two: 6 rows × 2 vectors hold 12 accumulators, enough independent FMA chains
+// to cover the FMA latency, where 2 rows × 4 vectors (8 chains) left the FMA units waiting.
+template <class T>
+inline constexpr int kMaxVectors = Simd<T>::kRegs >= 32 ? 4 : 2;
 
 // Rows per register block for nv vectors: about 24 accumulators plus nv operands in 32 registers;
 // with 16 registers, at most 15 − nv accumulators (one register holds the broadcast A value).
@@ -230,21 +233,25 @@ constexpr int rows_per_block(int nv) {
 }
 
 // The micro-kernel. C[r][0..NV·W) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..NV·W) for r < RB;
-// the last vector of each row is limited to the lanes of `last`. With Accumulate, C is first
-// multiplied by row_scale[r] when row_scale is non-null (the online softmax's rescaling).
-template <class T, int RB, int NV, bool Accumulate>
+// the last vector of each row is limited to the lanes of `last` unless Full (every lane live: no
+// masked load or store, which on AVX2 are slow, the masked store microcoded on AMD). With
+// Accumulate, C is first multiplied by row_scale[r] when row_scale is non-null (the online
+// softmax's rescaling). Each output lane is one FMA chain over k in order, whatever RB and NV: the
+// blocking changes no bit of the result.
+template <class T, int RB, int NV, bool Accumulate, bool Full>
 inline void micro_kernel(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb,
                          int K, typename Simd<T>::Mask last) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::W;
+  const auto load_last = [&](const T* p) { if constexpr (Full) return S::load(p); else return S::load(p, last); };
   V acc[RB][NV] = {};  // every entry is set below; the initializer only quiets GCC 12
 #pragma GCC unroll 16
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       if constexpr (Accumulate)
-        acc[r][v] = v == NV - 1 ? S::load(C + r * ldc + v * W, last) : S::load(C + r * ldc + v * W);
+        acc[r][v] = v == NV - 1 ? load_last(C + r * ldc + v * W) : S::load(C + r * ldc + v * W);
       else
         acc[r][v] = S::zero();
     }
@@ -260,7 +267,13 @@ inline void micro_kernel(T* C, long ldc, const T* row_scale, const T* A, long sr
     V bv[NV];
 #pragma GCC unroll 16
     for (int v = 0; v < NV - 1; ++v) bv[v] = S::load(b + v * W);
-    bv[NV - 1] = S::load(b + (NV - 1) * W, last);
+    bv[NV - 1] = load_last(b + (NV - 1) * W);
+#if ATTNLAB_KERNEL_SIMD == 1
+    // Keep B in registers: GCC otherwise folds its loads into the FMAs of every row, RB loads per
+    // vector instead of one, and the loads, not the FMAs, set the pace.
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) __asm__("" : "+x"(bv[v]));
+#endif
     const T* a = A + kk * sk;
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
@@ -273,19 +286,22 @@ inline void micro_kernel(T* C, long ldc, const T* row_scale, const T* A, long sr
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 16
     for (int v = 0; v < NV - 1; ++v) S::store(C + r * ldc + v * W, acc[r][v]);
-    S::store(C + r * ldc + (NV - 1) * W, acc[r][NV - 1], last);
+    if constexpr (Full)
+      S::store(C + r * ldc + (NV - 1) * W, acc[r][NV - 1]);
+    else
+      S::store(C + r * ldc + (NV - 1) * W, acc[r][NV - 1], last);
   }
 }
 
 // The leftover rows (fewer than a full block) of product_rows, dispatched to a fixed-size kernel.
-template <class T, int NV, bool Accumulate, int N>
+template <class T, int NV, bool Accumulate, bool Full, int N>
 inline void micro_kernel_rest(int rest, T* C, long ldc, const T* row_scale, const T* A, long sr, long sk,
                               const T* B, long ldb, int K, typename Simd<T>::Mask last) {
   if constexpr (N >= 1) {
     if (rest == N)
-      micro_kernel<T, N, NV, Accumulate>(C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
+      micro_kernel<T, N, NV, Accumulate, Full>(C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
     else
-      micro_kernel_rest<T, NV, Accumulate, N - 1>(rest, C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
+      micro_kernel_rest<T, NV, Accumulate, Full, N - 1>(rest, C, ldc, row_scale, A, sr, sk, B, ldb, K, last);
   }
 }
 
@@ -296,21 +312,38 @@ struct KBand {
   int first = -(1 << 29), end = 1 << 29;  // the default: every k for every row
 };
 
-template <class T, int NV, bool Accumulate>
+template <class T, int NV, bool Accumulate, bool Full>
 void product_rows(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
                   int K, typename Simd<T>::Mask last, KBand band) {
   constexpr int RB = rows_per_block<T>(NV);
-  for (int r = 0; r < rows; r += RB) {
-    const int n = std::min(RB, rows - r);
+  for (int r = 0, n; r < rows; r += n) {
+    // Full blocks, but the last two share what is left past RB rows (32 rows of 6: 6, 6, 6, 6, 4,
+    // 4, not 6, 6, 6, 6, 6, 2): a block of few rows has few FMA chains and waits on their latency.
+    n = std::min(RB, rows - r);
+    if (rows - r > RB && rows - r < 2 * RB) n = (rows - r + 1) / 2;
     const int k0 = std::clamp(r + band.first, 0, K), k1 = std::clamp(r + n + band.end, k0, K);
     T* c = C + r * ldc;
     const T* scale = row_scale ? row_scale + r : nullptr;
     const T* a = A + r * sr + k0 * sk;
     const T* b = B + k0 * ldb;
     if (n == RB)
-      micro_kernel<T, RB, NV, Accumulate>(c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
+      micro_kernel<T, RB, NV, Accumulate, Full>(c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
     else
-      micro_kernel_rest<T, NV, Accumulate, RB - 1>(n, c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
+      micro_kernel_rest<T, NV, Accumulate, Full, RB - 1>(n, c, ldc, scale, a, sr, sk, b, ldb, k1 - k0, last);
+  }
+}
+
+// product_rows for a chunk of NV vectors or fewer (nv of them live, the last up to `last`).
+template <class T, bool Accumulate, int NV = kMaxVectors<T>>
+void product_chunk(int nv, bool full, T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B,
+                   long ldb, int rows, int K, typename Simd<T>::Mask last, KBand band) {
+  if constexpr (NV >= 1) {
+    if (nv != NV)
+      return product_chunk<T, Accumulate, NV - 1>(nv, full, C, ldc, row_scale, A, sr, sk, B, ldb, rows, K, last, band);
+    if (full)
+      product_rows<T, NV, Accumulate, true>(C, ldc, row_scale, A, sr, sk, B, ldb, rows, K, last, band);
+    else
+      product_rows<T, NV, Accumulate, false>(C, ldc, row_scale, A, sr, sk, B, ldb, rows, K, last, band);
   }
 }
 
@@ -322,19 +355,12 @@ template <class T, bool Accumulate>
 void tile_product(T* C, long ldc, const T* row_scale, const T* A, long sr, long sk, const T* B, long ldb, int rows,
                   int lanes, int K, KBand band = {}) {
   using S = Simd<T>;
-  constexpr int W = S::W;
-  for (int l0 = 0; l0 < lanes; l0 += kMaxVectors * W) {
-    const int n = std::min(kMaxVectors * W, lanes - l0), nv = (n + W - 1) / W;
+  constexpr int W = S::W, MV = kMaxVectors<T>;
+  for (int l0 = 0; l0 < lanes; l0 += MV * W) {
+    const int n = std::min(MV * W, lanes - l0), nv = (n + W - 1) / W;
     const auto last = S::tail_mask(n - (nv - 1) * W);
-    T* c = C + l0;
-    const T* b = B + l0;
-    static_assert(kMaxVectors == 4);
-    switch (nv) {
-      case 1: product_rows<T, 1, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-      case 2: product_rows<T, 2, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-      case 3: product_rows<T, 3, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-      default: product_rows<T, 4, Accumulate>(c, ldc, row_scale, A, sr, sk, b, ldb, rows, K, last, band); break;
-    }
+    product_chunk<T, Accumulate>(nv, n == nv * W, C + l0, ldc, row_scale, A, sr, sk, B + l0, ldb, rows, K, last,
+                                 band);
   }
 }
 
@@ -365,6 +391,28 @@ inline void transpose16x16(__m512* r) {
 }
 #endif
 
+#if ATTNLAB_KERNEL_SIMD == 1
+// In-register transpose of an 8×8 float block: unpack pairs, shuffle pairs of pairs, then swap
+// 128-bit halves (24 shuffles for 64 values).
+inline void transpose8x8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+    r[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+  }
+}
+#endif
+
 // dst[c·ld + r] = scale·src[r·src_stride + c] for r < rows, c < cols; rows..ld-1 of every column
 // are zeroed (padding lanes then hold finite values).
 template <class T>
@@ -385,6 +433,31 @@ inline void pack_transposed(T* dst, int ld, const T* src, long src_stride, int r
         transpose16x16(x);
         const __mmask16 rm = Simd<float>::tail_mask(nr);
         for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(dst + long(c0 + c) * ld + r0, rm, x[c]);
+      }
+    return;
+  }
+#elif ATTNLAB_KERNEL_SIMD == 1
+  if constexpr (std::is_same_v<T, float>) {
+    // 8×8 blocks through registers, as above; rows past `rows` are zeros, so a block's store may
+    // cover them whole while it stays inside the column's ld lanes.
+    using S = Simd<float>;
+    for (int r0 = 0; r0 < rows; r0 += 8)
+      for (int c0 = 0; c0 < cols; c0 += 8) {
+        const int nr = std::min(8, rows - r0), nc = std::min(8, cols - c0);
+        const auto cm = S::tail_mask(nc);
+        __m256 x[8];
+        for (int r = 0; r < 8; ++r) {
+          const float* p = src + (r0 + r) * src_stride + c0;
+          x[r] = r >= nr ? S::zero() : S::mul(nc == 8 ? S::load(p) : S::load(p, cm), S::set1(scale));
+        }
+        transpose8x8(x);
+        for (int c = 0; c < nc; ++c) {
+          float* d = dst + long(c0 + c) * ld + r0;
+          if (r0 + 8 <= ld)
+            S::store(d, x[c]);
+          else
+            S::store(d, x[c], S::tail_mask(nr));
+        }
       }
     return;
   }
@@ -727,6 +800,11 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
     std::fill(dv_acc, dv_acc + bc * ld, T(0));
     if (j0 <= last_pos) {  // else: keys no query sees (a cache longer than pos_offset+Tq) get zero
       const T* kj = kb + long(j0) * s.kv_stride;
+      if (j0 + TILE <= last_pos) {  // the next key tile's rows
+        const int n1 = std::min(TILE, key_end - j0 - TILE);
+        prefetch_rows(kj + long(TILE) * s.kv_stride, s.kv_stride, n1, Dh);
+        prefetch_rows(vb + long(j0 + TILE) * s.kv_stride, s.kv_stride, n1, Dh);
+      }
       pack_transposed(k_packed, TILE, kj, s.kv_stride, bc, Dh, T(1));
       pack_transposed(v_packed, TILE, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh, T(1));
       copy_rows(k_rows, ld, kj, s.kv_stride, bc, Dh);
@@ -737,6 +815,12 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
         for (int i0 = i_first; i0 < qb; i0 += TILE) {
           const int br = std::min(TILE, qb - i0);
           T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
+          if (i0 + TILE < qb) {  // the next query tile's rows of Q, dO and dQ (see prefetch_rows)
+            const int i1 = i0 + TILE, n1 = std::min(TILE, qb - i1);
+            prefetch_rows(q + b * s.q_batch_stride + long(i1) * s.q_stride + h * Dh, s.q_stride, n1, Dh);
+            prefetch_rows(dout + (long(b) * s.Tq + i1) * s.out_stride + h * Dh, s.out_stride, n1, Dh);
+            prefetch_rows(dqi + long(TILE) * s.q_stride, s.q_stride, n1, Dh);
+          }
           const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
           copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
           copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
