@@ -317,10 +317,11 @@ void product_rows(T* C, long ldc, const T* row_scale, const T* A, long sr, long 
                   int K, typename Simd<T>::Mask last, KBand band) {
   constexpr int RB = rows_per_block<T>(NV);
   for (int r = 0, n; r < rows; r += n) {
-    // Full blocks, but the last two share what is left past RB rows (32 rows of 6: 6, 6, 6, 6, 4,
-    // 4, not 6, 6, 6, 6, 6, 2): a block of few rows has few FMA chains and waits on their latency.
+    // Full blocks, but where the last would hold fewer than 8 FMA chains (too few to cover the FMA
+    // latency) the last two share what is left past RB rows: 32 rows of 6 × 2 vectors on AVX2 run
+    // as 6, 6, 6, 6, 4, 4, not 6, 6, 6, 6, 6, 2.
     n = std::min(RB, rows - r);
-    if (rows - r > RB && rows - r < 2 * RB) n = (rows - r + 1) / 2;
+    if (rows - r > RB && rows - r < 2 * RB && (rows - r - RB) * NV < 8) n = (rows - r + 1) / 2;
     const int k0 = std::clamp(r + band.first, 0, K), k1 = std::clamp(r + n + band.end, k0, K);
     T* c = C + r * ldc;
     const T* scale = row_scale ? row_scale + r : nullptr;
@@ -800,11 +801,6 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
     std::fill(dv_acc, dv_acc + bc * ld, T(0));
     if (j0 <= last_pos) {  // else: keys no query sees (a cache longer than pos_offset+Tq) get zero
       const T* kj = kb + long(j0) * s.kv_stride;
-      if (j0 + TILE <= last_pos) {  // the next key tile's rows
-        const int n1 = std::min(TILE, key_end - j0 - TILE);
-        prefetch_rows(kj + long(TILE) * s.kv_stride, s.kv_stride, n1, Dh);
-        prefetch_rows(vb + long(j0 + TILE) * s.kv_stride, s.kv_stride, n1, Dh);
-      }
       pack_transposed(k_packed, TILE, kj, s.kv_stride, bc, Dh, T(1));
       pack_transposed(v_packed, TILE, vb + long(j0) * s.kv_stride, s.kv_stride, bc, Dh, T(1));
       copy_rows(k_rows, ld, kj, s.kv_stride, bc, Dh);
@@ -815,12 +811,6 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
         for (int i0 = i_first; i0 < qb; i0 += TILE) {
           const int br = std::min(TILE, qb - i0);
           T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
-          if (i0 + TILE < qb) {  // the next query tile's rows of Q, dO and dQ (see prefetch_rows)
-            const int i1 = i0 + TILE, n1 = std::min(TILE, qb - i1);
-            prefetch_rows(q + b * s.q_batch_stride + long(i1) * s.q_stride + h * Dh, s.q_stride, n1, Dh);
-            prefetch_rows(dout + (long(b) * s.Tq + i1) * s.out_stride + h * Dh, s.out_stride, n1, Dh);
-            prefetch_rows(dqi + long(TILE) * s.q_stride, s.q_stride, n1, Dh);
-          }
           const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
           copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
           copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
