@@ -7,8 +7,8 @@
 // FLOP counts (causal, matching PyTorch's accounting of SDPA): forward 4·B·H·Dh·T²/2 (QKᵀ and PV);
 // backward 2.5× the forward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ). The fp32 FMA peak depends on
 // the machine (`attnlab info` measures it; docs/performance.md).
-// Shapes with few (b, kv head) pairs also time "backward split N": the backward over N query chunks
-// per pair, alternating with the one-task-per-pair backward.
+// Every shape also times "bwd scratch, N ch": the backward with the model's scratch (N query chunks
+// per pair, each task's query rows in a pack), alternating with the backward without scratch.
 //
 //   OMP_WAIT_POLICY=passive build/<dir>/attention_bench [--reps N] [--shape B,T,H,Hkv,Dh]... [--no-baseline]
 // Default shapes: the model's typical B=16 T=256 H=4 Dh=64, GQA, and T=1024 at Dh = 32, 64, 128.
@@ -146,8 +146,9 @@ void bench_shape(const Shape& sh, int reps, bool baseline) {
     attention_backward(dqkv.data(), dqkv.data() + sh.H * sh.Dh, dqkv.data() + (sh.H + sh.Hkv) * sh.Dh, dsink.data(),
                        dout.data(), out.data(), lse.data(), q, k, v, sink.data(), scale, s);
   };
-  // With few (b, kv head) pairs the model gives the backward a scratch and it splits over query
-  // chunks (attention_backward); timed against the one-task-per-pair kernel, alternately.
+  // The model gives the backward a scratch: with few (b, kv head) pairs it splits over query chunks,
+  // and each task keeps its query rows contiguous in a pack (attention_backward); timed against the
+  // backward without scratch (one task per pair, rows copied per key tile), alternately.
   std::vector<float> scratch(attention_backward_scratch_size<float>(s));
   auto bwd_split = [&] {
     attention_backward(dqkv.data(), dqkv.data() + sh.H * sh.Dh, dqkv.data() + (sh.H + sh.Hkv) * sh.Dh,
@@ -168,7 +169,7 @@ void bench_shape(const Shape& sh, int reps, bool baseline) {
     const auto [whole, split] = time_alternating(bwd, bwd_split, reps);
     row("backward", whole, flops_bwd);
     char what[32];
-    std::snprintf(what, sizeof what, "backward split %d", kernels::attention_query_chunks(s, kernels::attention_kernels().tile));
+    std::snprintf(what, sizeof what, "bwd scratch, %d ch", kernels::attention_query_chunks(s, kernels::attention_kernels().tile));
     row(what, split, flops_bwd);
   }
   row("forward+sink", time_runs(fwd_sink, reps), flops_fwd);

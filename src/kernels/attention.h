@@ -36,6 +36,8 @@
 // - GOAT (§3): its prior rides in extra q/k lanes packed by the model (model/goat.h), so the kernel
 //   only needs the row-dependent sink logit of the key form (sink_slope).
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -352,8 +354,10 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
   baseline::attention_forward(out, lse, q, k, v, sink, scale, s, x);
 }
 
-// Scratch elements attention_backward uses to split this shape over more tasks than B·Hkv (zero
-// when B·Hkv pairs are enough tasks): the partial dK, dV sums of every query chunk but the last.
+// Scratch elements attention_backward uses for this shape, for a team of omp_get_max_threads()
+// threads: to split it over more tasks than B·Hkv, the partial dK, dV sums of every query chunk but
+// the last (none when B·Hkv pairs are enough tasks); then one pack per thread, 3·(H/Hkv)·Tq·Dh
+// elements (Dh rounded up to whole vectors), where a task keeps its Q, dO and dQ rows contiguous.
 template <class T>
 size_t attention_backward_scratch_size(const AttentionShape& s) {
   return baseline::attention_backward_scratch_size<T>(s);
@@ -364,7 +368,7 @@ size_t attention_backward_scratch_size(const AttentionShape& s) {
 // non-null; needs sink); x.dsink_slope, x.dxsa_gamma += (if non-null). dout = dL/d(out) (g = dL/dz
 // under XSA), out and lse from attention_forward with the same x.
 // D_i = dout_i·out_i is computed inside and probabilities are recomputed from lse: no B×H×T×T
-// buffer anywhere. No heap allocation (about 550 KiB of stack per thread in float).
+// buffer anywhere. No heap allocation (about 550 KiB of stack per thread in float, and the scratch).
 // Parallel split: one task per (b, kv head) owns dQ of its G query heads and dK, dV of its keys.
 // With fewer pairs than kAttentionBackwardTasks (long contexts at B = 1 leave threads idle
 // otherwise) and a caller's scratch of attention_backward_scratch_size(s) elements, each pair's
@@ -372,7 +376,9 @@ size_t attention_backward_scratch_size(const AttentionShape& s) {
 // writes the dK, dV its rows give to their keys, into the scratch (the last chunk, whose rows see
 // every key, into dk, dv); a second pass adds the partial sums to dk, dv in chunk order.
 // Deterministic, and since the chunks depend on the shape (and the set's tile) only, independent of
-// the thread count. A smaller scratch gives fewer chunks.
+// the thread count. A smaller scratch gives fewer chunks. With room for the packs as well, each
+// task copies its query rows (Q, dO) once into its thread's pack and sums dQ there: without them it
+// copies a query tile's rows, strided in q and dout, again for every key tile (the same bits).
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, const T* sink, T scale, const AttentionShape& s,

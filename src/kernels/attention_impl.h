@@ -757,7 +757,7 @@ void attention_decode_task(T* out, T* lse, const T* q, const T* k, const T* v, c
 template <class T>
 void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int key_end, const T* dout, const T* out,
                              const T* lse, const T* q, const T* k, const T* v, T scale, const AttentionShape& s,
-                             const AttentionExtras<T>& x, int b, int kappa, int qa, int qb) {
+                             const AttentionExtras<T>& x, int b, int kappa, int qa, int qb, T* pack) {
   using S = Simd<T>;
   using V = typename S::V;
   constexpr int W = S::W, TILE = kTile<T>, MAXD = kAttentionMaxHeadDim;
@@ -795,6 +795,29 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
         d_cache[(h - kappa * G) * nq + i - qa] = dot(dout + row, out + row, Dh);
         if (x.xsa_gamma) xsa_cache[(h - kappa * G) * nq + i - qa] = xsa_coef(h, i);
       }
+  // Rows of Q and dO (dy under XSA) as the tile products read them, [TILE][ld] from row r·ld: with
+  // a pack (backward_pack_elements), the task's rows of each head once, contiguous, and dQ summed
+  // there, written out at the end; else each query tile's rows are copied for every key tile and
+  // dQ is summed in dq itself. Same values in the same order either way: the same bits.
+  T* const q_pack = pack;
+  T* const g_pack = pack ? pack + long(G) * nq * ld : nullptr;
+  T* const dq_pack = pack ? g_pack + long(G) * nq * ld : nullptr;
+  auto load_rows = [&](T* q_dst, T* g_dst, int h, int i0, int br) {
+    copy_rows(q_dst, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
+    copy_rows(g_dst, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
+    if (x.xsa_gamma)
+      for (int r = 0; r < br; ++r) {
+        const T coef = d_cached ? xsa_cache[(h - kappa * G) * nq + i0 + r - qa] : xsa_coef(h, i0 + r);
+        const T* vi = vb + long(s.pos_offset + i0 + r) * s.kv_stride;
+        T* gr = g_dst + r * ld;
+        for (int d = 0; d < Dh; ++d) gr[d] -= coef * vi[d];
+      }
+  };
+  if (pack)
+    for (int h = kappa * G; h < (kappa + 1) * G; ++h) {
+      const long at = long(h - kappa * G) * nq * ld;
+      load_rows(q_pack + at, g_pack + at, h, qa, nq);
+    }
   for (int j0 = 0; j0 < key_end; j0 += TILE) {
     const int bc = std::min(TILE, key_end - j0);
     std::fill(dk_acc, dk_acc + bc * ld, T(0));
@@ -810,17 +833,17 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
         const T slope = x.alibi_slopes ? x.alibi_slopes[h] : T(0);
         for (int i0 = i_first; i0 < qb; i0 += TILE) {
           const int br = std::min(TILE, qb - i0);
-          T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
           const T* oi = out + (long(b) * s.Tq + i0) * s.out_stride + h * Dh;
-          copy_rows(q_rows, ld, q + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh, s.q_stride, br, Dh);
-          copy_rows(g_rows, ld, dout + (long(b) * s.Tq + i0) * s.out_stride + h * Dh, s.out_stride, br, Dh);
-          if (x.xsa_gamma)
-            for (int r = 0; r < br; ++r) {
-              const T coef = d_cached ? xsa_cache[(h - kappa * G) * nq + i0 + r - qa] : xsa_coef(h, i0 + r);
-              const T* vi = vb + long(s.pos_offset + i0 + r) * s.kv_stride;
-              T* gr = g_rows + r * ld;
-              for (int d = 0; d < Dh; ++d) gr[d] -= coef * vi[d];
-            }
+          const T* qt = q_rows;  // the tile's Q, dO and dQ rows
+          const T* gt = g_rows;
+          T* dqi = dq + b * s.q_batch_stride + long(i0) * s.q_stride + h * Dh;
+          long dq_ld = s.q_stride;
+          if (pack) {
+            const long at = (long(h - kappa * G) * nq + i0 - qa) * ld;
+            qt = q_pack + at, gt = g_pack + at, dqi = dq_pack + at, dq_ld = ld;
+          } else {
+            load_rows(q_rows, g_rows, h, i0, br);
+          }
           // S = Q·Kᵀ and dP = dO·Vᵀ for this (query tile, key tile). On the diagonal, bands of
           // kBand queries stop at the last key vector any of them sees.
           const int pos0 = s.pos_offset + i0;  // >= j0, since i0 >= i_first
@@ -828,10 +851,10 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
           for (int r0 = 0; r0 < br; r0 += band) {
             const int n = std::min(band, br - r0);
             const int lanes = std::min(TILE, (pos0 + r0 + n - j0 + W - 1) / W * W);
-            tile_product<T, false>(p_tile + r0 * TILE, TILE, nullptr, q_rows + r0 * ld, ld, 1, k_packed, TILE, n,
-                                   lanes, Dh);
-            tile_product<T, false>(ds_tile + r0 * TILE, TILE, nullptr, g_rows + r0 * ld, ld, 1, v_packed, TILE, n,
-                                   lanes, Dh);
+            tile_product<T, false>(p_tile + r0 * TILE, TILE, nullptr, qt + r0 * ld, ld, 1, k_packed, TILE, n, lanes,
+                                   Dh);
+            tile_product<T, false>(ds_tile + r0 * TILE, TILE, nullptr, gt + r0 * ld, ld, 1, v_packed, TILE, n, lanes,
+                                   Dh);
           }
           // P = exp(scale·S + bias − lse) (recomputed, §1.1); scale·dS = scale·P∘(dP − D)
           for (int r = 0; r < br; ++r) {
@@ -861,15 +884,15 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
           // dV[c] += Σ_r P[r][c]·dO[r];  dK[c] += Σ_r scale·dS[r][c]·Q[r]  (rows: keys, lanes: Dh),
           // over the queries r >= c − (pos0 − j0) that see key c.
           const KBand seen_by{.first = j0 - pos0};
-          tile_product<T, true>(dv_acc, ld, nullptr, p_tile, 1, TILE, g_rows, ld, bc, Dh, br, seen_by);
-          tile_product<T, true>(dk_acc, ld, nullptr, ds_tile, 1, TILE, q_rows, ld, bc, Dh, br, seen_by);
+          tile_product<T, true>(dv_acc, ld, nullptr, p_tile, 1, TILE, gt, ld, bc, Dh, br, seen_by);
+          tile_product<T, true>(dk_acc, ld, nullptr, ds_tile, 1, TILE, qt, ld, bc, Dh, br, seen_by);
           // dQ[r] (+)= Σ_c scale·dS[r][c]·K[c] over the keys c <= r + pos0 − j0 it sees; key tile 0
           // reaches every query row of the task, so it writes.
           const KBand sees{.end = pos0 - j0};
           if (j0 == 0)
-            tile_product<T, false>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
+            tile_product<T, false>(dqi, dq_ld, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
           else
-            tile_product<T, true>(dqi, s.q_stride, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
+            tile_product<T, true>(dqi, dq_ld, nullptr, ds_tile, TILE, 1, k_rows, ld, br, Dh, bc, sees);
         }
       }
     }
@@ -898,6 +921,10 @@ void attention_backward_task(T* dq, T* dk_out, T* dv_out, long out_stride, int k
     copy_rows(dk_out + long(j0) * out_stride, out_stride, dk_acc, ld, bc, Dh);
     copy_rows(dv_out + long(j0) * out_stride, out_stride, dv_acc, ld, bc, Dh);
   }
+  if (pack)
+    for (int h = kappa * G; h < (kappa + 1) * G; ++h)
+      copy_rows(dq + b * s.q_batch_stride + long(qa) * s.q_stride + h * Dh, s.q_stride,
+                dq_pack + long(h - kappa * G) * nq * ld, ld, nq, Dh);
 }
 
 // Whether a call is worth a parallel region: below ~2 MFLOP (a few microseconds of work) the
@@ -909,6 +936,13 @@ inline bool worth_threads(const AttentionShape& s) {
 
 // Elements of one chunk's partial sums: dK then dV of every key, [Tk][Dh] each.
 inline long backward_chunk_elements(const AttentionShape& s) { return 2 * long(s.Tk) * s.Dh; }
+
+// Elements of one thread's pack (attention_backward_task): Q, dO and dQ rows of a task's G heads,
+// [G][rows][ld] each, for up to Tq rows.
+template <class T>
+long backward_pack_elements(const AttentionShape& s) {
+  return 3 * long(s.H / s.Hkv) * s.Tq * padded_head_dim<T>(s.Dh);
+}
 
 // The backward's split over queries at this set's tile (attention_query_chunks in attention.h).
 template <class T>
@@ -947,9 +981,11 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
   }
 }
 
+// The query chunks' partial sums, then one pack per thread of the calling context's team.
 template <class T>
 size_t attention_backward_scratch_size(const AttentionShape& s) {
-  return size_t(detail::backward_query_chunks<T>(s) - 1) * size_t(s.B) * s.Hkv * detail::backward_chunk_elements(s);
+  return size_t(detail::backward_query_chunks<T>(s) - 1) * size_t(s.B) * s.Hkv * detail::backward_chunk_elements(s) +
+         size_t(omp_get_max_threads()) * detail::backward_pack_elements<T>(s);
 }
 
 template <class T>
@@ -963,29 +999,40 @@ void attention_backward(T* dq, T* dk, T* dv, T* dsink, const T* dout, const T* o
   const int chunks = scratch ? int(std::min<long>(detail::backward_query_chunks<T>(s),
                                                   1 + long(scratch_size / size_t(pairs * chunk_elements))))
                              : 1;
+  // Packs after the largest chunk region, when the scratch holds one per thread of the team below
+  // (a scratch sized for an earlier, smaller team: none, the copies per key tile instead).
+  const bool threaded = detail::worth_threads(s);
+  const size_t chunk_region = size_t(detail::backward_query_chunks<T>(s) - 1) * size_t(pairs * chunk_elements);
+  const long pack_elements = detail::backward_pack_elements<T>(s);
+  T* const packs = scratch && scratch_size >= chunk_region + size_t(threaded ? omp_get_max_threads() : 1) *
+                                                                size_t(pack_elements)
+                       ? scratch + chunk_region
+                       : nullptr;
+  auto pack_of_thread = [&]() { return packs ? packs + omp_get_thread_num() * pack_elements : nullptr; };
   if (chunks == 1) {
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
+#pragma omp parallel for schedule(dynamic, 1) if (threaded)
     for (long task = 0; task < pairs; ++task) {
       const int b = int(task / s.Hkv), kappa = int(task % s.Hkv);
       const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
       detail::attention_backward_task(dq, dk + kv_offset, dv + kv_offset, s.kv_stride, s.Tk, dout, out, lse, q, k, v,
-                                      scale, s, x, b, kappa, 0, s.Tq);
+                                      scale, s, x, b, kappa, 0, s.Tq, pack_of_thread());
     }
   } else {
     int bounds[kAttentionMaxQueryChunks + 1];
     detail::split_queries<T>(s, chunks, bounds);
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(s))
+#pragma omp parallel for schedule(dynamic, 1) if (threaded)
     for (long task = 0; task < pairs * chunks; ++task) {
       const long pair = task / chunks;
       const int c = int(task % chunks), b = int(pair / s.Hkv), kappa = int(pair % s.Hkv);
       const long kv_offset = b * s.kv_batch_stride + kappa * s.Dh;
       if (c == chunks - 1) {
         detail::attention_backward_task(dq, dk + kv_offset, dv + kv_offset, s.kv_stride, s.Tk, dout, out, lse, q, k, v,
-                                        scale, s, x, b, kappa, bounds[c], bounds[c + 1]);
+                                        scale, s, x, b, kappa, bounds[c], bounds[c + 1], pack_of_thread());
       } else {
         T* part = scratch + (pair * (chunks - 1) + c) * chunk_elements;
         detail::attention_backward_task(dq, part, part + long(s.Tk) * s.Dh, s.Dh, s.pos_offset + bounds[c + 1], dout,
-                                        out, lse, q, k, v, scale, s, x, b, kappa, bounds[c], bounds[c + 1]);
+                                        out, lse, q, k, v, scale, s, x, b, kappa, bounds[c], bounds[c + 1],
+                                        pack_of_thread());
       }
     }
     // dK, dV of key j: the last chunk's sum, then + the partial sum of every chunk whose queries

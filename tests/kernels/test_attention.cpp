@@ -675,8 +675,9 @@ TEST(Attention, QueryChunksCoverTheQueriesWithEqualWork) {
   EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(1, 4096, 4, 1, 64)), 8);
   EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(1, 4096, 4, 2, 64)), 4);
   EXPECT_EQ(backward_query_chunks(attnlab::kernels::packed_attention_shape(1, 3 * TILE, 4, 1, 64)), 3);
+  // 8 pairs: no chunks, only a pack per thread (Q, dO, dQ rows of G = 2 heads, Dh = 64 whole vectors).
   EXPECT_EQ(attnlab::kernels::attention_backward_scratch_size<float>(attnlab::kernels::packed_attention_shape(4, 256, 4, 2, 64)),
-            0u);
+            size_t(omp_get_max_threads()) * 3 * 2 * 256 * 64);
   for (int T : {1, TILE, 3 * TILE - 1, 1000, 8192})
     for (int off : {0, 37}) {
       AttentionShape s = attnlab::kernels::packed_attention_shape(1, T, 1, 1, 16);
@@ -749,6 +750,31 @@ TEST(Attention, SplitBackwardIsDeterministicAndCloseToUnsplit) {
     for (int t = 0; t < c.T; ++t)
       for (int d = 0; d < c.H * c.Dh; ++d)
         ASSERT_EQ(two.dqkv[size_t(t) * p.s.q_stride + d], unsplit.dqkv[size_t(t) * p.s.q_stride + d]) << t;
+  }
+}
+
+TEST(Attention, PackedQueryRowsGiveTheSameBits) {
+  // With 8 or more (b, kv head) pairs the scratch holds only the packs: each task's Q and dO rows
+  // (dy under XSA) copied once, dQ summed there and written at the end. The arithmetic and its
+  // order are those of the backward without scratch, so every gradient has the same bits, for one
+  // thread and for two (each thread its own pack).
+  for (const Problem& c : {Problem{4, 130, 4, 2, 24, true, true, 3}, with({2, 77, 8, 4, 40, true}, Problem::Gated, true),
+                           with({8, 45, 2, 1, 64}, Problem::On)}) {
+    ASSERT_GE(c.B * c.Hkv, attnlab::kernels::kAttentionBackwardTasks);
+    Packed<float> packed(split(c));
+    Packed<float> plain(c);
+    const auto dout = random_vec<float>(packed.out_size(), 9);
+    const int threads = omp_get_max_threads();
+    const auto reference = run(Impl::Fast, plain, &dout);
+    for (int n : {1, std::max(2, threads)}) {
+      omp_set_num_threads(n);
+      const auto r = run(Impl::Fast, packed, &dout);
+      EXPECT_EQ(max_abs_diff(r.dqkv, reference.dqkv), 0.0) << n << " threads";
+      EXPECT_EQ(max_abs_diff(r.dsink, reference.dsink), 0.0);
+      EXPECT_EQ(max_abs_diff(r.dslope, reference.dslope), 0.0);
+      EXPECT_EQ(max_abs_diff(r.dgamma, reference.dgamma), 0.0);
+    }
+    omp_set_num_threads(threads);
   }
 }
 
