@@ -225,11 +225,11 @@ template <class T>
 inline constexpr int kMaxVectors = Simd<T>::kRegs >= 32 ? 4 : 2;
 
 // Rows per register block for nv vectors: about 24 accumulators plus nv operands in 32 registers;
-// with 16 registers, at most 15 − nv accumulators (one register holds the broadcast A value).
+// with 16 registers (nv ≤ kMaxVectors = 2) 12 accumulators, nv operands and the broadcast A value.
 template <class T>
 constexpr int rows_per_block(int nv) {
   if constexpr (Simd<T>::kRegs >= 32) return nv >= 4 ? 6 : nv == 3 ? 8 : 12;
-  return nv >= 4 ? 2 : nv == 3 ? 3 : nv == 2 ? 6 : 12;
+  return nv == 2 ? 6 : 12;
 }
 
 // The micro-kernel. C[r][0..NV·W) (+)= Σ_{k<K} A[r·sr + k·sk] · B[k·ldb + 0..NV·W) for r < RB;

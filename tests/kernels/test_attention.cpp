@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -774,7 +775,25 @@ TEST(Attention, PackedQueryRowsGiveTheSameBits) {
       EXPECT_EQ(max_abs_diff(r.dslope, reference.dslope), 0.0);
       EXPECT_EQ(max_abs_diff(r.dgamma, reference.dgamma), 0.0);
     }
+    // The packs were used, not the copies per key tile: the first thread's pack holds the task's
+    // Q rows afterwards (the first row of the last task it ran is one of the q rows of the shape).
+    omp_set_num_threads(1);
+    std::vector<float> scratch(attnlab::kernels::attention_backward_scratch_size<float>(packed.s),
+                               std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> dqkv(packed.qkv.size(), 0.0f), dsink(c.H, 0.0f), dslope(c.H, 0.0f), dgamma(c.H, 0.0f);
+    const Result<float> fwd = run(Impl::Fast, packed, static_cast<const std::vector<float>*>(nullptr));
+    attnlab::kernels::attention_backward(dqkv.data(), dqkv.data() + c.H * c.Dh, dqkv.data() + (c.H + c.Hkv) * c.Dh,
+                                         packed.sink.empty() ? nullptr : dsink.data(), dout.data(), fwd.out.data(),
+                                         fwd.lse.data(), packed.q(), packed.k(), packed.v(), packed.sink_ptr(),
+                                         packed.scale(), packed.s, packed.extras(dslope.data(), dgamma.data()),
+                                         scratch.data(), scratch.size());
     omp_set_num_threads(threads);
+    EXPECT_FALSE(std::isnan(scratch[0])) << "the backward did not use the pack";
+    bool is_a_q_row = false;
+    for (int t = 0; t < c.B * c.T && !is_a_q_row; ++t)
+      for (int h = 0; h < c.H && !is_a_q_row; ++h)
+        is_a_q_row = std::equal(scratch.begin(), scratch.begin() + c.Dh, packed.q() + t * packed.s.q_stride + h * c.Dh);
+    EXPECT_TRUE(is_a_q_row) << "the pack does not start with a row of Q";
   }
 }
 
