@@ -11,7 +11,8 @@
 # findings are kept under build/fuzz/findings/<target>/ (outside the scratch directory, which is
 # removed). A summary line per target gives libFuzzer's final counts: executions, exec/s, coverage
 # (cov: edges, ft: features) and the corpus size at the end. FUZZ_KEEP=DIR keeps each target's log
-# and final corpus in DIR/<target>/; FUZZ_FLAGS adds libFuzzer flags (after ours, so they win).
+# and final corpus in DIR/<target>/; FUZZ_FLAGS adds libFuzzer flags (after ours, so they win);
+# FUZZ_SEED sets libFuzzer's seed (default 1: the same inputs each run; 0: a new seed each run).
 # docs/reliability.md ("Fuzzing").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,8 +50,12 @@ for t in "${TARGETS[@]}"; do
   cp -R "$seeds/." "$scratch/$t/corpus/"
   log=$scratch/$t/log
   # -timeout: one input running 25 s is a hang (the seeds take milliseconds under ASan);
-  # -rss_limit_mb: 2 GB, the readers must refuse a hostile size before allocating it.
+  # -rss_limit_mb: 2 GB, the readers must refuse a hostile size before allocating it;
+  # -seed: a fixed seed (FUZZ_SEED, default 1) makes the inputs tried the same from run to run, so
+  # CI fails for a change, not for the luck of the draw (a faster machine only gets further along
+  # the same sequence); FUZZ_SEED=0 draws a new seed each run, for exploring.
   "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
+    -seed="${FUZZ_SEED:-1}" \
     -artifact_prefix="build/fuzz/findings/$t/" ${FUZZ_FLAGS:-} "$scratch/$t/corpus" >"$log" 2>&1 &
   pid=$!
   wait $pid

@@ -441,6 +441,12 @@ TEST(Tokenizer, ErrorsNameTheFile) {
   const std::string garbage = dir / "garbage.model";
   write_file(garbage, "this is not a protobuf");
   expect_error([&] { Tokenizer::load(garbage); }, {garbage, "not a SentencePiece model"});
+  // A well-formed model proto whose second piece begins with a NUL byte: SentencePiece's trie
+  // builder throws on it (a fuzzer's finding); it must become an error naming the file.
+  const std::string nul_piece = dir / "nul_piece.model";
+  write_file(nul_piece, std::string("\x0a\x0e\x0a\x05<}nk>\x15\x00\x00\x00\x00\x18\x02"
+                                    "\x0a\x0c\x0a\x03<s>\x0a\x05\x00\x18\x00\x20\x00", 30));
+  expect_error([&] { Tokenizer::load(nul_piece); }, {nul_piece, "not a usable SentencePiece model"});
 
   const std::string empty = dir / "empty.txt";
   write_file(empty, "");

@@ -5,6 +5,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <numeric>
 #include <unordered_map>
@@ -92,7 +93,15 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   if (!std::filesystem::is_regular_file(model_path, ec))
     fail("tokenizer ", model_path, ": no such file; run `attnlab prepare --input FILE... --out DIR` to train one");
   auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
-  const auto status = processor->Load(model_path);
+  sentencepiece::util::Status status;
+  try {
+    status = processor->Load(model_path);
+  } catch (const std::exception& e) {
+    // A model that parses but holds pieces its index cannot take (an empty piece, or one that
+    // begins with a NUL byte) makes SentencePiece's trie builder throw instead of returning a status.
+    fail("tokenizer ", model_path, ": not a usable SentencePiece model (", e.what(),
+         "); run `attnlab prepare` to train one");
+  }
   if (!status.ok())
     fail("tokenizer ", model_path, ": not a SentencePiece model (", status.ToString(),
          "); run `attnlab prepare` to train one");
