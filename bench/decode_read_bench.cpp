@@ -85,28 +85,36 @@ int main(int argc, char** argv) {
   for (int k = 0; k < copies; ++k)
     for (size_t i = 0; i < per_copy; ++i) w[k][i] = float(uint32_t(i + k * per_copy) * 2654435761u % 1000003u) * 1e-9f;
   std::vector<float> x(4 * C, 0.5f), out(V);
-  const char* names[] = {"sum, 1 stream", "sum, 8 streams", "adjacent rows", "decode kernels"};
-  double best[4] = {1e30, 1e30, 1e30, 1e30};
+  const size_t head_floats = (size_t)V * C, linear_floats = per_copy - head_floats;
+  const char* names[] = {"sum, 1 stream", "sum, 8 streams", "adjacent rows", "decode kernels", "  linear layers",
+                         "  LM head"};
+  const size_t floats[] = {per_copy, per_copy, per_copy, per_copy, linear_floats, head_floats};
+  double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
   volatile float sink = 0;
   for (int r = 0; r < reps; ++r)
     for (int variant = 0; variant < 4; ++variant) {
       const float* base = w[r % copies].data();
       const double t0 = now();
+      double t1 = t0;
       if (variant < 2) {
         sink = sink + sum_streams(base, per_copy, variant == 0 ? 1 : 8);
       } else {
-        const float* p = base + (size_t)V * C;
+        const float* p = base + head_floats;
         for (const Shape& s : shapes) {
           if (variant == 2) linear_adjacent(out.data(), x.data(), p, s.in, s.out);
           else linear_forward(out.data(), x.data(), p, (const float*)nullptr, 1, s.in, s.out);
           p += (size_t)s.in * s.out;
         }
+        t1 = now();
         if (variant == 2) logits_adjacent(out.data(), x.data(), base, C, V);
         else lm_head_logits(out.data(), x.data(), base, 1, C, V);
       }
-      best[variant] = std::min(best[variant], now() - t0);
+      const double t2 = now();
+      best[variant] = std::min(best[variant], t2 - t0);
+      if (variant == 3) best[4] = std::min(best[4], t1 - t0), best[5] = std::min(best[5], t2 - t1);
     }
   std::printf("%d copies of %.1f MB, best of %d passes\n", copies, per_copy * 4 / 1e6, reps);
-  for (int v = 0; v < 4; ++v) std::printf("%-16s %7.3f ms  %5.1f GB/s\n", names[v], best[v] * 1e3, per_copy * 4 / best[v] / 1e9);
+  for (int v = 0; v < 6; ++v)
+    std::printf("%-16s %7.3f ms  %5.1f GB/s\n", names[v], best[v] * 1e3, floats[v] * 4 / best[v] / 1e9);
   return 0;
 }

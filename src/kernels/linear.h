@@ -19,7 +19,7 @@ namespace detail {
 // Decoding multiplies one row per sequence by each weight matrix: the product is a read of W with
 // little arithmetic (2 FLOPs per 4 bytes), bound by memory bandwidth. This path reads W exactly
 // once: each thread takes a contiguous band of W's rows (its share of the C inputs), adds x_c·W[c, :]
-// eight rows at a time (from eight parts of the band) into accumulators in L1 (a pass of
+// four rows at a time (from four parts of the band) into accumulators in L1 (a pass of
 // few_pass<NR>() columns), and the threads' partial sums are added at the end, in thread order: the
 // same bits for the same thread count (not across counts). Up to kFewRows rows of x share each read
 // of W. With it, the one-row LM head and attention, decoding ran 1.2–2.1× faster than through
@@ -28,32 +28,40 @@ constexpr int kFewRows = 4;
 constexpr int kFewMaxThreads = 64;
 template <int NR>
 constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB of float
+// Parts of a band read side by side, and how many rows ahead each part's next rows are prefetched.
+// Four, not eight: the parts lie Q·OC floats apart, a multiple of 4 KiB for the model's shapes, so
+// all of them and the accumulators compete for one set of L1's 8 ways; eight parts ran at half the
+// speed of four from the last-level cache (bench/decode_read_bench.cpp, docs/performance.md).
+constexpr int kFewParts = 4;
+constexpr int kFewPrefetchRows = 2;
 
 // acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). The band's rows are cut
-// into eight equal parts read side by side, one row of each per step (eight sequential streams far
-// apart: one core reads DRAM faster so than from eight adjacent rows, bench/decode_read_bench.cpp):
-// acc += ((x_a·w_a + x_b·w_b) + (x_c·w_c + x_d·w_d)) + ((x_e·w_e + ...)). Rows past 8·(band/8): one
-// at a time.
+// into four equal parts read side by side, one row of each per step (four sequential streams far
+// apart, each prefetched kFewPrefetchRows rows ahead): acc += (x_a·w_a + x_b·w_b) + (x_c·w_c +
+// x_d·w_d). Rows past 4·(band/4): one at a time.
 template <class Real, int NR>
 void few_rows_band(Real* acc, const Real* inp, const Real* weight, int C, int OC, int c0, int c1, int j0, int width) {
   constexpr int P = few_pass<NR>();
-  const int Q = (c1 - c0) / 8;
+  constexpr int kLine = 64 / int(sizeof(Real));  // elements per cache line
+  const int Q = (c1 - c0) / kFewParts;
   const size_t S = (size_t)Q * OC;  // from one part to the next
   for (int i = 0; i < Q; ++i) {
     const int c = c0 + i;
     const Real* w = weight + (size_t)c * OC + j0;
+    if (i + kFewPrefetchRows < Q)
+      for (int k = 0; k < kFewParts; ++k) {
+        const Real* ahead = w + k * S + (size_t)kFewPrefetchRows * OC;
+        for (int j = 0; j < width; j += kLine) __builtin_prefetch(ahead + j);
+      }
     for (int n = 0; n < NR; ++n) {
       const Real* x = inp + (size_t)n * C + c;
-      const Real x0 = x[0], x1 = x[Q], x2 = x[2 * Q], x3 = x[3 * Q], x4 = x[4 * Q], x5 = x[5 * Q], x6 = x[6 * Q],
-                 x7 = x[7 * Q];
+      const Real x0 = x[0], x1 = x[Q], x2 = x[2 * Q], x3 = x[3 * Q];
       Real* a = acc + n * P;
 #pragma omp simd
-      for (int j = 0; j < width; ++j)
-        a[j] += ((x0 * w[j] + x1 * w[S + j]) + (x2 * w[2 * S + j] + x3 * w[3 * S + j])) +
-                ((x4 * w[4 * S + j] + x5 * w[5 * S + j]) + (x6 * w[6 * S + j] + x7 * w[7 * S + j]));
+      for (int j = 0; j < width; ++j) a[j] += (x0 * w[j] + x1 * w[S + j]) + (x2 * w[2 * S + j] + x3 * w[3 * S + j]);
     }
   }
-  for (int c = c0 + 8 * Q; c < c1; ++c) {
+  for (int c = c0 + kFewParts * Q; c < c1; ++c) {
     const Real* w = weight + (size_t)c * OC + j0;
     for (int n = 0; n < NR; ++n) {
       const Real xc = inp[(size_t)n * C + c];
@@ -70,9 +78,10 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
   // Threads only when there is enough of W to read: below 64k elements a fork/join costs more.
   const int threads = (size_t)C * OC >= 65536 ? std::min(omp_get_max_threads(), kFewMaxThreads) : 1;
   Real* partial[kFewMaxThreads];  // each thread's accumulators (on its own stack), shared for the sum
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+  // One thread's part; the barriers separate the bands' sums from their reduction when there are
+  // several (orphaned: they bind to the parallel region below). One thread runs it directly,
+  // without a parallel region: a decoding step makes ~16 of these calls.
+  auto band = [&](int nt, int t) {
     // Bands of W's rows, as equal as possible.
     const int c0 = int((long)C * t / nt), c1 = int((long)C * (t + 1) / nt);
     alignas(64) Real acc[NR * P];
@@ -81,7 +90,9 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
       const int width = std::min(P, OC - j0);
       for (int n = 0; n < NR; ++n) std::fill(acc + n * P, acc + n * P + width, Real(0));
       few_rows_band<Real, NR>(acc, inp, weight, C, OC, c0, c1, j0, width);
+      if (nt > 1) {
 #pragma omp barrier
+      }
       // out = bias + the bands' sums in thread order; each thread writes a slice of the columns.
       const int s0 = int((long)width * t / nt), s1 = int((long)width * (t + 1) / nt);
       for (int n = 0; n < NR; ++n)
@@ -90,9 +101,14 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
           for (int u = 0; u < nt; ++u) v += partial[u][n * P + j];
           out[(size_t)n * OC + j0 + j] = v;
         }
+      if (nt > 1) {
 #pragma omp barrier
+      }
     }
-  }
+  };
+  if (threads == 1) return band(1, 0);
+#pragma omp parallel num_threads(threads)
+  band(omp_get_num_threads(), omp_get_thread_num());
 }
 }  // namespace detail
 
