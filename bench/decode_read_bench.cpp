@@ -1,14 +1,16 @@
 // How fast one decode step's weights can be read, and how fast the decode kernels read them
 // (docs/performance.md, Decode). The weights of the `small` preset (4 layers of d = 256 linear
 // layers, 12.6 MB, and the 8192 × 256 tied embedding, 8.4 MB) in `copies` copies of distinct
-// values, read copy after copy so that the working set exceeds the last-level cache (8 copies:
-// 168 MB) and DRAM serves the reads. Best of `reps` passes, GB/s of weights read per second:
-//   sum, 1 stream      a plain vectorised sum over each copy front to back
+// values, read copy after copy; 1 copy stays in a 32 MiB last-level cache, 8 copies (168 MB) do not
+// and DRAM serves the reads. Best of `reps` passes, GB/s of weights read per second:
+//   sum, 1 stream      a plain vectorised sum over each copy front to back (one add chain)
 //   sum, 8 streams     the same copy cut in 8 parts read side by side (src/core/bandwidth.cpp)
 //   adjacent rows      a decode step with eight adjacent rows of W per step (the first version)
-//   decode kernels     linear_forward and lm_head_logits at one row (eight far-apart parts)
+//   decode kernels     linear_forward and lm_head_logits at one row, and the two apart
+// Then the decode attention alone: attention_forward with one query row (H = 4, Dh = 64) over the
+// key and value caches of 4 layers at `context` positions (8 MB at 1000), GB/s of cache read.
 //
-//   OMP_NUM_THREADS=1 build/<dir>/decode_read_bench [copies=8] [reps=40]
+//   OMP_NUM_THREADS=1 build/<dir>/decode_read_bench [copies=8] [reps=40] [context=1000]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/linear.h"
 
@@ -116,5 +119,32 @@ int main(int argc, char** argv) {
   std::printf("%d copies of %.1f MB, best of %d passes\n", copies, per_copy * 4 / 1e6, reps);
   for (int v = 0; v < 6; ++v)
     std::printf("%-16s %7.3f ms  %5.1f GB/s\n", names[v], best[v] * 1e3, floats[v] * 4 / best[v] / 1e9);
+
+  // Decode attention: one query row per head against 4 layers' caches (distinct values).
+  const int context = argc > 3 ? std::max(1, std::atoi(argv[3])) : 1000, L = 4, H = 4, Dh = 64, kvC = H * Dh;
+  std::vector<std::vector<float>> kc(L), vc(L);
+  for (int l = 0; l < L; ++l) {
+    kc[l].resize((size_t)context * kvC), vc[l].resize((size_t)context * kvC);
+    for (size_t i = 0; i < kc[l].size(); ++i) {
+      kc[l][i] = float(uint32_t(i + l * 77) * 2654435761u % 1000003u) * 1e-6f - 0.5f;
+      vc[l][i] = float(uint32_t(3 * i + l) * 2654435761u % 1000003u) * 1e-6f - 0.5f;
+    }
+  }
+  std::vector<float> q(3 * kvC), att(kvC), lse(H);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float(i % 17) * 0.05f - 0.4f;
+  AttentionShape s{};
+  s.B = 1, s.Tq = 1, s.Tk = context, s.H = H, s.Hkv = H, s.Dh = Dh, s.q_stride = 3 * kvC, s.q_batch_stride = 3 * kvC;
+  s.kv_stride = kvC, s.kv_batch_stride = (long)context * kvC, s.out_stride = kvC, s.pos_offset = context - 1;
+  double att_best = 1e30;
+  for (int r = 0; r < 5 * reps; ++r) {
+    const double t0 = now();
+    for (int l = 0; l < L; ++l)
+      attention_forward<float>(att.data(), lse.data(), q.data(), kc[l].data(), vc[l].data(), nullptr, 0.125f, s);
+    att_best = std::min(att_best, now() - t0);
+    sink = sink + att[3];
+  }
+  const double att_bytes = 2.0 * L * context * kvC * sizeof(float);
+  std::printf("decode attention, %d layers at %d positions (%.1f MB): %7.3f ms  %5.1f GB/s\n", L, context,
+              att_bytes / 1e6, att_best * 1e3, att_bytes / att_best / 1e9);
   return 0;
 }

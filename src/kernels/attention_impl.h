@@ -700,7 +700,7 @@ void attention_decode_task(T* out, T* lse, const T* q, const T* k, const T* v, c
     // Dh/W dependent FMAs and a reduction, latency-bound). Each is dot()'s sum, in dot()'s order.
     // The head's slice of each key row is a few cache lines a whole row apart, a pattern the
     // hardware prefetchers follow poorly: the key rows 8–11 ahead are prefetched (the same for the
-    // value rows below; 1.5–1.7× with both changes, docs/performance.md, Decode).
+    // value rows below; 1.6–2.3× with both changes, docs/performance.md, Decode).
     int c = 0;
     for (; c + 4 <= bc; c += 4) {
       const T* k0 = kb + long(j0 + c) * ks;
