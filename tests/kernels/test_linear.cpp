@@ -46,7 +46,7 @@ TEST(Linear, MatchesNaiveFloat) {
 // The few-rows path (N <= 4: decoding streams W once) and the GEMM path (N = 5) against double
 // sums, element by element within the bound of any float summation order: a sum of n terms
 // computed in float differs from the exact sum by at most γ_n·Σ|term|, γ_n = nε/(1 − nε), ε = 2⁻²⁴
-// (n = C products plus the bias). C covers whole steps of eight rows of W and tails; OC = 2100
+// (n = C products plus the bias). C covers whole steps of four rows of W and tails; OC = 2100
 // needs two passes of the accumulators (2048/N columns each), and C·OC >= 65536 the threaded split
 // (bands of W's rows per thread, summed at the end).
 TEST(Linear, FewRowsWithinTheSummationBound) {
