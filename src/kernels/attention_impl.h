@@ -985,6 +985,15 @@ inline bool worth_threads(const AttentionShape& s) {
   return flops > 2e6;
 }
 
+// A decoding step reads B·H slices of the key and value caches with 2 FLOPs per value read:
+// memory-bound, so the threshold is on bytes, far below worth_threads' (which kept the step on one
+// thread up to ~2000 cached positions at H = 4, Dh = 64). With 2 threads, from 32 positions on (64
+// KiB) the split ran 1.2–1.9× faster (docs/performance.md, Decode).
+template <class T>
+bool worth_threads_decode(const AttentionShape& s) {
+  return s.B * s.H > 1 && 2.0 * s.B * s.H * s.Dh * (s.pos_offset + 1) * sizeof(T) >= 65536;
+}
+
 // Elements of one chunk's partial sums: dK then dV of every key, [Tk][Dh] each.
 inline long backward_chunk_elements(const AttentionShape& s) { return 2 * long(s.Tk) * s.Dh; }
 
@@ -1015,7 +1024,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
   check_attention_extras(x, sink, "attention_forward");
   constexpr int TILE = detail::kTile<T>;
   if (s.Tq == 1) {  // a decoding step: one row per head (attention_decode_task)
-#pragma omp parallel for schedule(static) if (detail::worth_threads(s))
+#pragma omp parallel for schedule(static) if (detail::worth_threads_decode<T>(s))
     for (long task = 0; task < long(s.B) * s.H; ++task)
       detail::attention_decode_task(out, lse, q, k, v, sink, scale, s, x, int(task / s.H), int(task % s.H));
     return;
