@@ -988,7 +988,7 @@ inline bool worth_threads(const AttentionShape& s) {
 // A decoding step reads B·H slices of the key and value caches with 2 FLOPs per value read:
 // memory-bound, so the threshold is on bytes, far below worth_threads' (which kept the step on one
 // thread up to ~2000 cached positions at H = 4, Dh = 64). With 2 threads, from 32 positions on (64
-// KiB) the split ran 1.2–1.9× faster (docs/performance.md, Decode).
+// KiB) the split ran 1.2–1.8× faster (docs/performance.md, Decode).
 template <class T>
 bool worth_threads_decode(const AttentionShape& s) {
   return s.B * s.H > 1 && 2.0 * s.B * s.H * s.Dh * (s.pos_offset + 1) * sizeof(T) >= 65536;

@@ -1009,12 +1009,12 @@ TEST(Attention, KvCacheChunkMatchesNaive) {
 }
 
 // A decoding step (Tq = 1: attention_decode_task) against the naive reference with every extra the
-// model can pass: GQA, a sink with GOAT's slope, ALiBi, XSA (gated: γ ≠ 1), an odd head size (vector
-// tails), and positions on both sides of the kernel's 128-key blocks. The reference runs in double on
+// model can pass: GQA, a sink with GOAT's slope, ALiBi, XSA (gated: γ ≠ 1), odd head sizes (vector
+// tails), and positions on both sides of the kernel's 128-key blocks and of its four-key passes. The reference runs in double on
 // the same values; the float step must stay within the error bounds of expect_fast_matches_naive_float.
 TEST(Attention, DecodeStepMatchesNaive) {
   const int B = 2, H = 4, Hkv = 2, capacity = 400;
-  for (int Dh : {40, 64})
+  for (int Dh : {36, 40, 64})  // 36: a vector tail with 8 lanes, 40: with 16
     for (int off : {0, 1, 127, 128, 129, 300})
       for (int extras = 0; extras < 5; ++extras) {
         SCOPED_TRACE(testing::Message() << "Dh=" << Dh << " pos_offset=" << off << " extras=" << extras);
