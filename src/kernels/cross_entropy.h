@@ -227,40 +227,56 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
 
 // Logits for a few rows (sampling, `attnlab forward`): logits (N,V) = x (N,C) · wteᵀ; wte (V,C).
 // Up to four rows (decoding) read wte once, threads splitting its rows. wte's rows are cut into
-// eight equal parts read side by side, one row of each per step: eight independent sums per query
-// row and eight sequential streams far apart (one core reads DRAM faster so than from eight adjacent
-// rows, bench/decode_read_bench.cpp). The last V mod 8 rows one at a time. More rows: one GEMM.
+// eight parts read side by side, one row of each per step: eight independent sums per query row
+// and eight sequential streams far apart (one core reads DRAM faster so than from eight adjacent
+// rows, bench/decode_read_bench.cpp). The parts start R = V/8 + 1 rows apart, not V/8: at the
+// model's shapes V/8 rows are a multiple of 4 KiB, which put all eight streams in one L1 set (one
+// row more: 57 → 65 GB/s from the last-level cache, docs/performance.md, Decode). The rows the
+// eight-part steps leave (at most 56, or the last V mod 8 for small V): one at a time. More rows:
+// one GEMM.
 template <class T>
 void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
   if (N > 4) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
   const int Q = V / 8;
-  const size_t S = (size_t)Q * C;  // from one part to the next
-#pragma omp parallel for schedule(static) if ((size_t)V * C >= 65536)
-  for (int v = 0; v <= Q; ++v) {
-    const T* w = wte + (size_t)v * C;
+  const int R = Q >= 16 ? Q + 1 : Q;  // rows from one part's start to the next (7R <= V)
+  const int L = V - 7 * R;            // rows of the last part
+  const int M = std::min(L, R);       // steps all eight parts take
+  const int rest_per_part = R - M, rest = 7 * rest_per_part + (L - M);
+  const size_t S = (size_t)R * C;  // from one part to the next
+  auto one_row = [&](int r) {
+    const T* wr = wte + (size_t)r * C;
     for (int n = 0; n < N; ++n) {
       const T* xr = x + (size_t)n * C;
-      T* out = logits + (size_t)n * V;
-      if (v == Q) {  // the last V mod 8 rows
-        for (int r = 8 * Q; r < V; ++r) {
-          const T* wr = wte + (size_t)r * C;
-          T s = 0;
+      T s = 0;
 #pragma omp simd reduction(+ : s)
-          for (int c = 0; c < C; ++c) s += xr[c] * wr[c];
-          out[r] = s;
-        }
-        continue;
-      }
-      T s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
-      for (int c = 0; c < C; ++c) {
-        const T xc = xr[c];
-        s0 += xc * w[c], s1 += xc * w[S + c], s2 += xc * w[2 * S + c], s3 += xc * w[3 * S + c];
-        s4 += xc * w[4 * S + c], s5 += xc * w[5 * S + c], s6 += xc * w[6 * S + c], s7 += xc * w[7 * S + c];
-      }
-      out[v] = s0, out[Q + v] = s1, out[2 * Q + v] = s2, out[3 * Q + v] = s3;
-      out[4 * Q + v] = s4, out[5 * Q + v] = s5, out[6 * Q + v] = s6, out[7 * Q + v] = s7;
+      for (int c = 0; c < C; ++c) s += xr[c] * wr[c];
+      logits[(size_t)n * V + r] = s;
     }
+  };
+#pragma omp parallel if ((size_t)V * C >= 65536)
+  {
+#pragma omp for schedule(static) nowait
+    for (int v = 0; v < M; ++v) {
+      const T* w = wte + (size_t)v * C;
+      for (int n = 0; n < N; ++n) {
+        const T* xr = x + (size_t)n * C;
+        T* out = logits + (size_t)n * V;
+        T s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+        for (int c = 0; c < C; ++c) {
+          const T xc = xr[c];
+          s0 += xc * w[c], s1 += xc * w[S + c], s2 += xc * w[2 * S + c], s3 += xc * w[3 * S + c];
+          s4 += xc * w[4 * S + c], s5 += xc * w[5 * S + c], s6 += xc * w[6 * S + c], s7 += xc * w[7 * S + c];
+        }
+        out[v] = s0, out[R + v] = s1, out[2 * R + v] = s2, out[3 * R + v] = s3;
+        out[4 * R + v] = s4, out[5 * R + v] = s5, out[6 * R + v] = s6, out[7 * R + v] = s7;
+      }
+    }
+    // The rest: rows M..R of parts 0..6, then rows M..L of the last part.
+#pragma omp for schedule(static)
+    for (int t = 0; t < rest; ++t)
+      one_row(t < 7 * rest_per_part ? (t / rest_per_part) * R + M + t % rest_per_part
+                                    : 7 * R + M + (t - 7 * rest_per_part));
   }
 }
 

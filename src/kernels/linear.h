@@ -29,9 +29,9 @@ constexpr int kFewMaxThreads = 64;
 template <int NR>
 constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB of float
 // Parts of a band read side by side, and how many rows ahead each part's next rows are prefetched.
-// Four, not eight: the parts lie Q·OC floats apart, a multiple of 4 KiB for the model's shapes, so
-// all of them and the accumulators compete for one set of L1's 8 ways; eight parts ran at half the
-// speed of four from the last-level cache (bench/decode_read_bench.cpp, docs/performance.md).
+// Four, not eight: eight parts ran at half the speed of four from the last-level cache, also with
+// their starts staggered by a row (which cured the LM head's eight parts of sharing one L1 set), so
+// the cause is not only the parts' 4 KiB alignment (docs/performance.md, Decode).
 constexpr int kFewParts = 4;
 constexpr int kFewPrefetchRows = 2;
 

@@ -221,11 +221,13 @@ TEST(CrossEntropy, LogitsMatchNaive) {
 
 // The few-rows logits (N <= 4, eight vocabulary rows at a time) and the GEMM (N = 5), every element
 // within the float summation bound γ_C·Σ|x_c·w_c| (γ_n = nε/(1 − nε), ε = 2⁻²⁴) of the exact dot
-// product; V covers whole groups of eight, tails alone and after groups, and V·C >= 65536 the
-// threaded split.
+// product; V covers whole groups of eight, tails alone and after groups, parts V/8 + 1 rows apart
+// (V >= 128) with the most rows left over (V mod 8 = 0: 56) and the fewest (V mod 8 = 7: 7), and
+// V·C >= 65536 the threaded split.
 TEST(CrossEntropy, FewRowLogitsWithinTheSummationBound) {
   for (int N : {1, 2, 3, 4, 5})
-    for (auto [C, V] : {std::pair{40, 1}, {40, 3}, {33, 7}, {40, 8}, {40, 17}, {256, 301}}) {
+    for (auto [C, V] : {std::pair{40, 1}, {40, 3}, {33, 7}, {40, 8}, {40, 17}, {40, 135}, {40, 160}, {256, 301},
+                        {256, 520}}) {
       auto x = test::random_vec<float>((size_t)N * C, 50 + N);
       auto wte = test::random_vec<float>((size_t)V * C, 60 + V);
       std::vector<float> logits((size_t)N * V, 7.0f);
