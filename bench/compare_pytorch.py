@@ -16,7 +16,8 @@ train.precision = bf16 against the peer's bf16 autocast).
 Decoding: `--decode N --checkpoint CKPT --settings torch2:sdpa` times `attnlab sample` (greedy, N
 tokens after the prompt "The", its reported decode tokens/s) against the peer's greedy loop with a
 static KV cache on a model of the checkpoint's shape (weights random: the speed does not depend on
-them); each a fresh process per round, OMP_NUM_THREADS = --threads for attnlab.
+them); each a fresh process per round, OMP_NUM_THREADS = --threads for attnlab. With `--precision
+bf16 --settings torch2:bf16`: `attnlab sample --weights bf16` against the peer's loop under bf16 autocast.
 
 Peer settings (bench/pytorch_peer.py does the timing: median of --steps after --warmup):
   torch2:*    PyPI torch 2.x from `--python2` (default: the `python3` on PATH); installed with pip
@@ -280,7 +281,7 @@ def apply_checkpoint_model(args):
 
 def run_attnlab_decode(args):
     cmd = [args.attnlab, "sample", "--checkpoint", args.checkpoint, "--prompt", "The", "-n",
-           str(args.decode), "--temperature", "0"]
+           str(args.decode), "--temperature", "0"] + (["--weights", "bf16"] if args.precision == "bf16" else [])
     proc = run_child(cmd, dict(os.environ, OMP_NUM_THREADS=str(args.threads)), args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): "
@@ -341,7 +342,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="attnlab's train.precision (the peer's is its setting: bf16 = autocast)")
+                    help="attnlab's train.precision, or with --decode its `sample --weights` (the "
+                         "peer's is its setting: bf16 = autocast)")
     ap.add_argument("--python2", default=shutil.which("python3") or "python3",
                     help="interpreter with PyPI torch 2.x (default: python3 on PATH)")
     ap.add_argument("--python113", default="/usr/bin/python3",

@@ -7,6 +7,8 @@
 //   sum, 8 streams     the same copy cut in 8 parts read side by side (src/core/bandwidth.cpp)
 //   adjacent rows      a decode step with eight adjacent rows of W per step (the first version)
 //   decode kernels     linear_forward and lm_head_logits at one row, and the two apart
+//   bf16 weights       the same kernels reading bf16 copies of the weights (`sample --weights bf16`:
+//                      few_rows_linear, lm_head_logits on bf16); GB/s of the bf16 bytes read
 // Then the decode attention alone: attention_forward with one query row (H = 4, Dh = 64) over the
 // key and value caches of 4 layers at `context` positions (8 MB at 1000), GB/s of cache read.
 //
@@ -87,20 +89,36 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> w(copies, std::vector<float>(per_copy));
   for (int k = 0; k < copies; ++k)
     for (size_t i = 0; i < per_copy; ++i) w[k][i] = float(uint32_t(i + k * per_copy) * 2654435761u % 1000003u) * 1e-9f;
+  std::vector<std::vector<attnlab::bf16>> w16(copies, std::vector<attnlab::bf16>(per_copy));
+  for (int k = 0; k < copies; ++k) attnlab::to_bf16(w16[k].data(), w[k].data(), per_copy);
   std::vector<float> x(4 * C, 0.5f), out(V);
   const size_t head_floats = (size_t)V * C, linear_floats = per_copy - head_floats;
   const char* names[] = {"sum, 1 stream", "sum, 8 streams", "adjacent rows", "decode kernels", "  linear layers",
-                         "  LM head"};
-  const size_t floats[] = {per_copy, per_copy, per_copy, per_copy, linear_floats, head_floats};
-  double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+                         "  LM head", "bf16 weights", "  linear layers", "  LM head"};
+  // bytes read per pass
+  const size_t bytes[] = {4 * per_copy, 4 * per_copy,  4 * per_copy,      4 * per_copy,     4 * linear_floats,
+                          4 * head_floats, 2 * per_copy, 2 * linear_floats, 2 * head_floats};
+  double best[9] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
   volatile float sink = 0;
-  for (int r = 0; r < reps; ++r)
-    for (int variant = 0; variant < 4; ++variant) {
+  // Variant after variant (each one's passes back to back): with one copy, the float and bf16 copies
+  // together (31 MB) do not fit a 32 MiB last-level cache beside everything else, so alternating
+  // them would time each partly from DRAM.
+  for (int variant = 0; variant < 5; ++variant)
+    for (int r = 0; r < reps; ++r) {
       const float* base = w[r % copies].data();
       const double t0 = now();
       double t1 = t0;
       if (variant < 2) {
         sink = sink + sum_streams(base, per_copy, variant == 0 ? 1 : 8);
+      } else if (variant == 4) {
+        const attnlab::bf16* b16 = w16[r % copies].data();
+        const attnlab::bf16* p = b16 + head_floats;
+        for (const Shape& s : shapes) {
+          few_rows_linear(out.data(), x.data(), p, (const float*)nullptr, 1, s.in, s.out);
+          p += (size_t)s.in * s.out;
+        }
+        t1 = now();
+        lm_head_logits(out.data(), x.data(), b16, 1, C, V);
       } else {
         const float* p = base + head_floats;
         for (const Shape& s : shapes) {
@@ -113,12 +131,13 @@ int main(int argc, char** argv) {
         else lm_head_logits(out.data(), x.data(), base, 1, C, V);
       }
       const double t2 = now();
-      best[variant] = std::min(best[variant], t2 - t0);
-      if (variant == 3) best[4] = std::min(best[4], t1 - t0), best[5] = std::min(best[5], t2 - t1);
+      const int slot = variant == 4 ? 6 : variant;
+      best[slot] = std::min(best[slot], t2 - t0);
+      if (variant >= 3) best[slot + 1] = std::min(best[slot + 1], t1 - t0), best[slot + 2] = std::min(best[slot + 2], t2 - t1);
     }
   std::printf("%d copies of %.1f MB, best of %d passes\n", copies, per_copy * 4 / 1e6, reps);
-  for (int v = 0; v < 6; ++v)
-    std::printf("%-16s %7.3f ms  %5.1f GB/s\n", names[v], best[v] * 1e3, floats[v] * 4 / best[v] / 1e9);
+  for (int v = 0; v < 9; ++v)
+    std::printf("%-16s %7.3f ms  %5.1f GB/s\n", names[v], best[v] * 1e3, bytes[v] / best[v] / 1e9);
 
   // Decode attention: one query row per head against 4 layers' caches (distinct values).
   const int context = argc > 3 ? std::max(1, std::atoi(argv[3])) : 1000, L = 4, H = 4, Dh = 64, kvC = H * Dh;

@@ -178,6 +178,43 @@ TEST(Model, CachedLogitsEqualUncached) {
   }
 }
 
+// Inference with bf16 weights (GPT::round_weights_to_bf16): the matrices are rounded in place, so
+// the uncached pass (GEMMs on the rounded floats) and the cached one (the chunks of 3 and 4 tokens
+// through the same GEMMs, the 1-token chunk through the few-row kernels reading the bf16 copies,
+// B = 2 rows) compute one function: the tolerance of CachedLogitsEqualUncached. That the rounding
+// happened: every rounded weight is a bf16 value, the logits moved by more than that tolerance,
+// and decode_bytes counts 2 bytes for each rounded weight.
+TEST(Model, Bf16WeightsDecodeTheRoundedModel) {
+  for (const char* extra : {"attn.pos = rope\n", "attn.pos = goat\nmodel.n_head = 2\nattn.goat.pos_rank = 2\nattn.sink = learned\n",
+                            "model.mlp = swiglu\nresidual.kind = dar\nmodel.kv_heads = 2\n"}) {
+    GPT<float> plain(tiny(extra)), m(tiny(extra));
+    randomize(plain, 7);
+    randomize(m, 7);
+    const double fp32_bytes = m.decode_bytes(0).weights;
+    m.round_weights_to_bf16();
+    EXPECT_TRUE(m.bf16_weights());
+    const float* qkv = m.param("blocks.0.attn.qkv.weight");
+    const size_t qkv_n = m.registry().find("blocks.0.attn.qkv.weight")->numel;
+    for (size_t i = 0; i < qkv_n; ++i) ASSERT_EQ(to_float(to_bf16(qkv[i])), qkv[i]) << extra << " entry " << i;
+    const ModelConfig& mc = m.config().model;
+    size_t rounded = (size_t)mc.vocab_size * mc.d_model;  // the tied embedding
+    for (int l = 0; l < mc.n_layer; ++l)
+      for (const char* name : {"attn.qkv", "attn.proj", mc.mlp == "gelu" ? "mlp.fc" : "mlp.gate_up", "mlp.proj"}) {
+        const ParamSpec* spec = m.registry().find("blocks." + std::to_string(l) + "." + name + ".weight");
+        ASSERT_NE(spec, nullptr) << name;
+        rounded += spec->numel;
+      }
+    EXPECT_DOUBLE_EQ(m.decode_bytes(0).weights, fp32_bytes - 2.0 * rounded) << extra;
+    EXPECT_LT(test::cached_vs_uncached_rel_diff(m), 1e-5) << extra;
+    plain.plan(2, 8);  // m is planned for (2, 8) by cached_vs_uncached_rel_diff
+    const auto in = random_tokens(16, mc.vocab_size, 9);
+    std::vector<float> a(16 * mc.vocab_size), b(a.size());
+    plain.logits(a.data(), in.data());
+    m.logits(b.data(), in.data());
+    EXPECT_GT(test::max_rel_diff(b, a), 1e-4) << extra;
+  }
+}
+
 TEST(Model, Causality) {
   const Config cfg = tiny("");
   GPT<double> m(cfg);

@@ -37,11 +37,22 @@ bool is_token_shard(const std::string& path) {
   return f && magic == kShardMagic;
 }
 
-std::unique_ptr<GPT<float>> load_model(const std::string& path) {
+// `--weights`: fp32 (as trained) or bf16 (the matrices rounded, decoding reads half the bytes).
+const std::vector<std::string> kWeightFormats = {"fp32", "bf16"};
+
+std::unique_ptr<GPT<float>> load_model(const std::string& path, const std::string& weights = "fp32") {
   const Config cfg = read_checkpoint_config(path);
   auto model = std::make_unique<GPT<float>>(cfg);
   load_checkpoint(path, *model, nullptr, nullptr);
+  if (weights == "bf16") model->round_weights_to_bf16();
   return model;
+}
+
+void add_weights_option(CLI::App* cmd, std::string& weights) {
+  cmd->add_option("--weights", weights,
+                  "fp32 (default), or bf16: the linear layers' and the embedding's matrices rounded to bf16, "
+                  "which decoding reads in half the bytes (activations, norms and the KV cache stay fp32)")
+      ->check(CLI::IsMember(kWeightFormats));
 }
 
 struct EvalArgs {
@@ -52,10 +63,11 @@ struct EvalArgs {
   bool no_plots = false;
   size_t tokens = 0;
   int chunk = 0, bucket = 0, bos = 1;
+  std::string weights = "fp32";
 };
-struct ForwardArgs { std::string checkpoint, tokens, out; int max_tokens = 0; };
+struct ForwardArgs { std::string checkpoint, tokens, out, weights = "fp32"; int max_tokens = 0; };
 struct SampleArgs {
-  std::string checkpoint, prompt, tokenizer;
+  std::string checkpoint, prompt, tokenizer, weights = "fp32";
   int n = 100, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 0;
@@ -73,6 +85,7 @@ void run_length_eval(const EvalArgs& a) {
   o.chunk = a.chunk;
   o.bucket = a.bucket;
   o.bos_id = a.bos;
+  o.bf16_weights = a.weights == "bf16";
   Shard shard = Shard::open(a.data);
   const LengthEvalReport rep = evaluate_lengths(a.checkpoint, shard, o);
   std::printf("eval %s on %s\n%s", a.checkpoint.c_str(), a.data.c_str(), length_report_table(rep).c_str());
@@ -100,7 +113,7 @@ void run_eval(const EvalArgs& a) {
   if (T > cfg.model.seq_len && cfg.attn.pos == "learned")
     fail("--seq-len ", T, " exceeds model.seq_len = ", cfg.model.seq_len, " of ", a.checkpoint,
          ": learned positions are undefined beyond it");
-  auto model = load_model(a.checkpoint);
+  auto model = load_model(a.checkpoint, a.weights);
   model->plan(a.batch_size, T);
   const EvalResult r = evaluate(*model, shard, a.batches);
   std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.3f\n", a.checkpoint.c_str(), a.data.c_str(), T,
@@ -125,7 +138,7 @@ void run_forward(const ForwardArgs& a) {
   if ((double)seqs.size() * (double)seqs[0].size() * cfg.model.vocab_size * 4.0 > 64e9)
     fail("token file ", a.tokens, ": ", seqs.size(), " x ", seqs[0].size(), " logits of ", cfg.model.vocab_size,
          " would take more than 64 GB; give fewer or shorter sequences");
-  auto model = load_model(a.checkpoint);
+  auto model = load_model(a.checkpoint, a.weights);
   const int B = (int)seqs.size(), T = (int)seqs[0].size(), V = model->config().model.vocab_size;
   std::vector<int32_t> in;
   for (const auto& s : seqs) in.insert(in.end(), s.begin(), s.end());
@@ -166,7 +179,7 @@ void run_sample(const SampleArgs& a) {
     fail("--temperature ", a.temperature, ": must be a finite number >= 0 (0 = greedy)");
   if (a.top_k < 0) fail("--top-k ", a.top_k, ": must be >= 0 (0 = all tokens)");
   if (a.n < 0 || a.n > kMaxSampleTokens) fail("-n ", a.n, ": must be in [0, ", kMaxSampleTokens, "]");
-  auto model = load_model(a.checkpoint);
+  auto model = load_model(a.checkpoint, a.weights);
   const Config& cfg = model->config();
   const std::string tok_path = a.tokenizer.empty() ? cfg.data.tokenizer : a.tokenizer;
   Tokenizer tok = Tokenizer::load(tok_path);
@@ -289,6 +302,7 @@ void register_infer(CLI::App& app) {
     cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (default: model.seq_len)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (default 1, attnlab prepare's BOS)");
+    add_weights_option(cmd, a->weights);
     cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file, and a PNG next to it");
     cmd->add_flag("--no-plots", a->no_plots, "with --json: write the JSON only (no PNG)");
     cmd->add_option("--plot-script", a->plot_script, "with --json: the plotting script (default: scripts/plot_long_context.py of the source tree)");
@@ -302,6 +316,7 @@ void register_infer(CLI::App& app) {
     cmd->add_option("--out", a->out, "output .npy (float32 [B, T, V])")->required();
     cmd->add_option("--max-tokens", a->max_tokens,
                     "longest sequence allowed (default: model.seq_len); a longer shard is cut to its first N tokens");
+    add_weights_option(cmd, a->weights);
     cmd->callback([a] { run_forward(*a); });
   }
   {
@@ -315,6 +330,7 @@ void register_infer(CLI::App& app) {
     cmd->add_flag("--quiet", a->quiet, "do not print the prefill and decode speed (stderr)");
     cmd->add_option("--seed", a->seed, "sampling seed");
     cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's data.tokenizer)");
+    add_weights_option(cmd, a->weights);
     cmd->callback([a] { run_sample(*a); });
   }
   {

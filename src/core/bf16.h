@@ -9,6 +9,7 @@
 // round to ±inf as IEEE rounding does. bf16 -> float is exact.
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +44,24 @@ inline float to_float(bf16 h) {
   std::memcpy(&x, &u, 4);
   return x;
 }
+
+// p[j] as Real: float and double as stored, bf16 widened (exact: a bf16 is the upper half of a
+// float's bits). Vectorizes inside `omp simd` loops, for kernels that read float or bf16 operands.
+template <class Real, class Src>
+inline Real value_as(const Src* p, size_t j) {
+  if constexpr (std::is_same_v<Src, bf16>) return Real(std::bit_cast<float>(uint32_t(p[j].bits) << 16));
+  else return Real(p[j]);
+}
+
+// Reading bf16 operands at memory speed: a pair of bf16 values (p[2i], p[2i+1]) loaded as one 32-bit
+// word (little-endian: p[2i] in the low half) gives both as exact floats with an integer shift and
+// an and, where widening 16 bf16 values to 16 floats takes a shuffle (one shuffle unit: the
+// widening decode kernels ran slower than on float weights, docs/performance.md "bf16 weights").
+// A kernel using it sees the even-indexed and the odd-indexed values of a row as two streams.
+using bf16_pair = uint32_t __attribute__((may_alias, aligned(2)));
+inline float bf16_even(uint32_t word) { return std::bit_cast<float>(word << 16); }
+inline float bf16_odd(uint32_t word) { return std::bit_cast<float>(word & 0xffff0000u); }
+inline const bf16_pair* bf16_pairs(const bf16* p) { return reinterpret_cast<const bf16_pair*>(p); }
 
 // dst[i] = to_bf16(src[i]), i < n (vectorized: integer operations only; one thread — callers
 // parallelize over rows).

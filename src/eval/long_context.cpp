@@ -54,6 +54,7 @@ LengthEvalReport evaluate_lengths(const std::string& checkpoint, const Shard& sh
       [&] {
         auto m = std::make_unique<GPT<float>>(cfg);
         load_checkpoint(checkpoint, *m, nullptr, nullptr);
+        if (opts.bf16_weights) m->round_weights_to_bf16();
         return m;
       },
       shard, opts);

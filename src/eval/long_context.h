@@ -31,6 +31,7 @@ struct LengthEvalOptions {
   int chunk = 0;                // tokens per forward chunk; 0: T_train
   int bucket = 0;               // width of the position buckets; 0: T_train
   int bos_id = 1;               // the id put in front of each block (attnlab prepare's tokenizer: 1)
+  bool bf16_weights = false;    // GPT::round_weights_to_bf16 after loading (`--weights bf16`)
 };
 
 struct LengthResult {

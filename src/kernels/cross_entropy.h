@@ -233,10 +233,14 @@ double lm_head_ce_forward(T* losses, const T* x, const T* wte, const int32_t* ta
 // model's shapes V/8 rows are a multiple of 4 KiB, which put all eight streams in one L1 set (one
 // row more: 57 → 65 GB/s from the last-level cache, docs/performance.md, Decode). The rows the
 // eight-part steps leave (at most 56, or the last V mod 8 for small V): one at a time. More rows:
-// one GEMM.
-template <class T>
-void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
-  if (N > 4) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
+// one GEMM. wte may be bf16 for up to four rows (decoding with bf16 weights, GPT::round_weights_to_bf16):
+// each weight is widened exactly as it is read and the sums run in T as for T weights.
+template <class T, class Wt>
+void lm_head_logits(T* logits, const T* x, const Wt* wte, int N, int C, int V) {
+  if (N > 4) {
+    if constexpr (std::is_same_v<Wt, T>) return gemm(false, true, N, V, C, T(1), x, C, wte, C, T(0), logits, V);
+    ATTNLAB_CHECK(false, "lm_head_logits: bf16 weights take at most 4 rows, not ", N);
+  }
   const int Q = V / 8;
   const int R = Q >= 16 ? Q + 1 : Q;  // rows from one part's start to the next (7R <= V)
   const int L = V - 7 * R;            // rows of the last part
@@ -244,29 +248,63 @@ void lm_head_logits(T* logits, const T* x, const T* wte, int N, int C, int V) {
   const int rest_per_part = R - M, rest = 7 * rest_per_part + (L - M);
   const size_t S = (size_t)R * C;  // from one part to the next
   auto one_row = [&](int r) {
-    const T* wr = wte + (size_t)r * C;
+    const Wt* wr = wte + (size_t)r * C;
     for (int n = 0; n < N; ++n) {
       const T* xr = x + (size_t)n * C;
       T s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int c = 0; c < C; ++c) s += xr[c] * wr[c];
+      for (int c = 0; c < C; ++c) s += xr[c] * value_as<T>(wr, c);
       logits[(size_t)n * V + r] = s;
     }
   };
+  // bf16 weights are read as pairs (bf16_pair: two exact floats per 32-bit word, no shuffle), so x's
+  // even and odd entries go to two arrays first (on the stack, up to kSplitC entries; beyond that,
+  // or for odd C, each weight is widened on its own).
+  constexpr int kSplitC = 4096;
+  constexpr bool kHalf = std::is_same_v<Wt, bf16>;
+  const bool split = kHalf && C % 2 == 0 && C <= kSplitC;
+  alignas(64) T xs[kHalf ? 4 * kSplitC : 1];
+  if constexpr (kHalf)
+    if (split)
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < C / 2; ++i) {
+          xs[(size_t)n * C + i] = x[(size_t)n * C + 2 * i];
+          xs[(size_t)n * C + C / 2 + i] = x[(size_t)n * C + 2 * i + 1];
+        }
 #pragma omp parallel if ((size_t)V * C >= 65536)
   {
 #pragma omp for schedule(static) nowait
     for (int v = 0; v < M; ++v) {
-      const T* w = wte + (size_t)v * C;
+      const Wt* w = wte + (size_t)v * C;
       for (int n = 0; n < N; ++n) {
         const T* xr = x + (size_t)n * C;
         T* out = logits + (size_t)n * V;
         T s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+        if constexpr (kHalf) {
+          if (split) {
+            const T *xe = xs + (size_t)n * C, *xo = xe + C / 2;
+            const bf16_pair *p0 = bf16_pairs(w), *p1 = bf16_pairs(w + S), *p2 = bf16_pairs(w + 2 * S),
+                            *p3 = bf16_pairs(w + 3 * S), *p4 = bf16_pairs(w + 4 * S), *p5 = bf16_pairs(w + 5 * S),
+                            *p6 = bf16_pairs(w + 6 * S), *p7 = bf16_pairs(w + 7 * S);
 #pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
-        for (int c = 0; c < C; ++c) {
-          const T xc = xr[c];
-          s0 += xc * w[c], s1 += xc * w[S + c], s2 += xc * w[2 * S + c], s3 += xc * w[3 * S + c];
-          s4 += xc * w[4 * S + c], s5 += xc * w[5 * S + c], s6 += xc * w[6 * S + c], s7 += xc * w[7 * S + c];
+            for (int i = 0; i < C / 2; ++i) {
+              const T e = xe[i], o = xo[i];
+              s0 += e * bf16_even(p0[i]) + o * bf16_odd(p0[i]), s1 += e * bf16_even(p1[i]) + o * bf16_odd(p1[i]);
+              s2 += e * bf16_even(p2[i]) + o * bf16_odd(p2[i]), s3 += e * bf16_even(p3[i]) + o * bf16_odd(p3[i]);
+              s4 += e * bf16_even(p4[i]) + o * bf16_odd(p4[i]), s5 += e * bf16_even(p5[i]) + o * bf16_odd(p5[i]);
+              s6 += e * bf16_even(p6[i]) + o * bf16_odd(p6[i]), s7 += e * bf16_even(p7[i]) + o * bf16_odd(p7[i]);
+            }
+          }
+        }
+        if (!split) {
+#pragma omp simd reduction(+ : s0, s1, s2, s3, s4, s5, s6, s7)
+          for (int c = 0; c < C; ++c) {
+            const T xc = xr[c];
+            s0 += xc * value_as<T>(w, c), s1 += xc * value_as<T>(w + S, c);
+            s2 += xc * value_as<T>(w + 2 * S, c), s3 += xc * value_as<T>(w + 3 * S, c);
+            s4 += xc * value_as<T>(w + 4 * S, c), s5 += xc * value_as<T>(w + 5 * S, c);
+            s6 += xc * value_as<T>(w + 6 * S, c), s7 += xc * value_as<T>(w + 7 * S, c);
+          }
         }
         out[v] = s0, out[R + v] = s1, out[2 * R + v] = s2, out[3 * R + v] = s3;
         out[4 * R + v] = s4, out[5 * R + v] = s5, out[6 * R + v] = s6, out[7 * R + v] = s7;

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "core/bf16.h"
+#include "core/error.h"
 #include "core/gemm.h"
 
 namespace attnlab::kernels {
@@ -35,45 +37,81 @@ constexpr int few_pass() { return 2048 / NR; }  // NR·pass accumulators: 8 KiB 
 constexpr int kFewParts = 4;
 constexpr int kFewPrefetchRows = 2;
 
+// Where column j of a pass lies in a row's accumulators: j for float weights; for bf16 weights, read
+// as pairs (bf16_pair), the even columns first and the odd ones from few_odd (P/2 and 16 more: the
+// two halves' same entries 4 KiB apart stalled every load behind the other half's stores), each
+// row's accumulators few_stride floats apart.
+template <int NR>
+constexpr int few_odd() { return few_pass<NR>() / 2 + 16; }
+template <int NR, class Wt>
+constexpr int few_stride() { return std::is_same_v<Wt, bf16> ? few_pass<NR>() + 32 : few_pass<NR>(); }
+template <int NR, class Wt>
+inline int few_slot(int j) {
+  static_assert(few_pass<NR>() % 2 == 0, "the pass splits into even and odd columns");
+  if constexpr (std::is_same_v<Wt, bf16>) return (j & 1) ? few_odd<NR>() + j / 2 : j / 2;
+  else return j;
+}
+
 // acc (NR, width) += inp (NR, rows c0..c1) · weight[c0..c1, j0..j0+width). The band's rows are cut
 // into four equal parts read side by side, one row of each per step (four sequential streams far
 // apart, each prefetched kFewPrefetchRows rows ahead): acc += (x_a·w_a + x_b·w_b) + (x_c·w_c +
-// x_d·w_d). Rows past 4·(band/4): one at a time.
-template <class Real, int NR>
-void few_rows_band(Real* acc, const Real* inp, const Real* weight, int C, int OC, int c0, int c1, int j0, int width) {
-  constexpr int P = few_pass<NR>();
-  constexpr int kLine = 64 / int(sizeof(Real));  // elements per cache line
+// x_d·w_d). Rows past 4·(band/4): one at a time. Wt is Real, or bf16 (decoding with bf16 weights):
+// each weight widened exactly, two columns per 32-bit word (bf16_pair), and each column's products
+// and sums in Real in the same order as for Real weights; the accumulators hold a pass's columns in
+// the order few_slot gives.
+template <class Real, int NR, class Wt = Real>
+void few_rows_band(Real* acc, const Real* inp, const Wt* weight, int C, int OC, int c0, int c1, int j0, int width) {
+  constexpr int RS = few_stride<NR, Wt>();  // from one row's accumulators to the next
+  constexpr int kLine = 64 / int(sizeof(Wt));  // elements per cache line
   const int Q = (c1 - c0) / kFewParts;
   const size_t S = (size_t)Q * OC;  // from one part to the next
   for (int i = 0; i < Q; ++i) {
     const int c = c0 + i;
-    const Real* w = weight + (size_t)c * OC + j0;
+    const Wt* w = weight + (size_t)c * OC + j0;
     if (i + kFewPrefetchRows < Q)
       for (int k = 0; k < kFewParts; ++k) {
-        const Real* ahead = w + k * S + (size_t)kFewPrefetchRows * OC;
+        const Wt* ahead = w + k * S + (size_t)kFewPrefetchRows * OC;
         for (int j = 0; j < width; j += kLine) __builtin_prefetch(ahead + j);
       }
     for (int n = 0; n < NR; ++n) {
       const Real* x = inp + (size_t)n * C + c;
       const Real x0 = x[0], x1 = x[Q], x2 = x[2 * Q], x3 = x[3 * Q];
-      Real* a = acc + n * P;
+      Real* a = acc + n * RS;
+      if constexpr (std::is_same_v<Wt, bf16>) {
+        // Pairs of columns per 32-bit word: even columns into a[0, P/2), odd ones from few_odd.
+        const bf16_pair *p0 = bf16_pairs(w), *p1 = bf16_pairs(w + S), *p2 = bf16_pairs(w + 2 * S),
+                        *p3 = bf16_pairs(w + 3 * S);
+        Real* odd = a + few_odd<NR>();
 #pragma omp simd
-      for (int j = 0; j < width; ++j) a[j] += (x0 * w[j] + x1 * w[S + j]) + (x2 * w[2 * S + j] + x3 * w[3 * S + j]);
+        for (int i = 0; i < width / 2; ++i) {
+          a[i] += (x0 * bf16_even(p0[i]) + x1 * bf16_even(p1[i])) + (x2 * bf16_even(p2[i]) + x3 * bf16_even(p3[i]));
+          odd[i] += (x0 * bf16_odd(p0[i]) + x1 * bf16_odd(p1[i])) + (x2 * bf16_odd(p2[i]) + x3 * bf16_odd(p3[i]));
+        }
+        if (width & 1) {
+          const int j = width - 1;
+          a[j / 2] += (x0 * value_as<Real>(w, j) + x1 * value_as<Real>(w + S, j)) +
+                      (x2 * value_as<Real>(w + 2 * S, j) + x3 * value_as<Real>(w + 3 * S, j));
+        }
+      } else {
+#pragma omp simd
+        for (int j = 0; j < width; ++j)
+          a[j] += (x0 * w[j] + x1 * w[S + j]) + (x2 * w[2 * S + j] + x3 * w[3 * S + j]);
+      }
     }
   }
   for (int c = c0 + kFewParts * Q; c < c1; ++c) {
-    const Real* w = weight + (size_t)c * OC + j0;
+    const Wt* w = weight + (size_t)c * OC + j0;
     for (int n = 0; n < NR; ++n) {
       const Real xc = inp[(size_t)n * C + c];
-      Real* a = acc + n * P;
+      Real* a = acc + n * RS;
 #pragma omp simd
-      for (int j = 0; j < width; ++j) a[j] += xc * w[j];
+      for (int j = 0; j < width; ++j) a[few_slot<NR, Wt>(j)] += xc * value_as<Real>(w, j);
     }
   }
 }
 
-template <class Real, int NR>
-void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int C, int OC) {
+template <class Real, int NR, class Wt = Real>
+void few_rows_forward(Real* out, const Real* inp, const Wt* weight, const Real* bias, int C, int OC) {
   constexpr int P = few_pass<NR>();
   // Threads only when there is enough of W to read: below 64k elements a fork/join costs more.
   const int threads = (size_t)C * OC >= 65536 ? std::min(omp_get_max_threads(), kFewMaxThreads) : 1;
@@ -84,12 +122,13 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
   auto band = [&](int nt, int t) {
     // Bands of W's rows, as equal as possible.
     const int c0 = int((long)C * t / nt), c1 = int((long)C * (t + 1) / nt);
-    alignas(64) Real acc[NR * P];
+    constexpr int RS = few_stride<NR, Wt>();
+    alignas(64) Real acc[NR * RS];
     partial[t] = acc;
     for (int j0 = 0; j0 < OC; j0 += P) {
       const int width = std::min(P, OC - j0);
-      for (int n = 0; n < NR; ++n) std::fill(acc + n * P, acc + n * P + width, Real(0));
-      few_rows_band<Real, NR>(acc, inp, weight, C, OC, c0, c1, j0, width);
+      for (int n = 0; n < NR; ++n) std::fill(acc + n * RS, acc + n * RS + (std::is_same_v<Wt, bf16> ? RS : width), Real(0));
+      few_rows_band<Real, NR, Wt>(acc, inp, weight, C, OC, c0, c1, j0, width);
       if (nt > 1) {
 #pragma omp barrier
       }
@@ -98,7 +137,7 @@ void few_rows_forward(Real* out, const Real* inp, const Real* weight, const Real
       for (int n = 0; n < NR; ++n)
         for (int j = s0; j < s1; ++j) {
           Real v = bias ? bias[j0 + j] : Real(0);
-          for (int u = 0; u < nt; ++u) v += partial[u][n * P + j];
+          for (int u = 0; u < nt; ++u) v += partial[u][n * RS + few_slot<NR, Wt>(j)];
           out[(size_t)n * OC + j0 + j] = v;
         }
       if (nt > 1) {
@@ -131,6 +170,21 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
     for (int i = 0; i < N; ++i) std::copy(bias, bias + OC, out + (size_t)i * OC);
   }
   gemm(false, false, N, OC, C, Real(1), inp, C, weight, OC, bias ? Real(1) : Real(0), out, OC);
+}
+
+// Decoding with bf16 weights (GPT::round_weights_to_bf16): out (N,OC) = inp (N,C) · weight (C,OC)
+// + bias for N <= detail::kFewRows through the few-rows path above, reading W as bf16 (half the
+// bytes) and widening each weight exactly: the same float arithmetic as linear_forward on the
+// widened weights, so the same bound holds (tests/kernels/test_linear.cpp).
+template <class Real>
+void few_rows_linear(Real* out, const Real* inp, const bf16* weight, const Real* bias, int N, int C, int OC) {
+  switch (N) {
+    case 1: return detail::few_rows_forward<Real, 1>(out, inp, weight, bias, C, OC);
+    case 2: return detail::few_rows_forward<Real, 2>(out, inp, weight, bias, C, OC);
+    case 3: return detail::few_rows_forward<Real, 3>(out, inp, weight, bias, C, OC);
+    case 4: return detail::few_rows_forward<Real, 4>(out, inp, weight, bias, C, OC);
+    default: ATTNLAB_CHECK(false, "few_rows_linear: ", N, " rows, more than ", detail::kFewRows);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

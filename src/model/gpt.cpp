@@ -140,22 +140,30 @@ GPT<T>::GPT(const Config& cfg) : GPT(cfg, LayoutOnly{}) {
   if (cfg_.train.precision == "bf16") {
     if (!std::is_same_v<T, float>) fail("train.precision = bf16 needs a float model (this one is double)");
     bf16_ = true;
-    size_t n = (size_t)m.vocab_size * m.d_model;
-    for (int l = 0; l < L; ++l)
-      for (size_t k : half_sizes(l)) n += k;
-    half_buf_ = Buffer(n * sizeof(bf16));
-    bf16* h = half_buf_.as<bf16>();
-    half_wte_ = h;
-    h += (size_t)m.vocab_size * m.d_model;
-    half_layers_.resize(L);
-    for (int l = 0; l < L; ++l) {
-      HalfWeights& hw = half_layers_[l];
-      bf16** dst[4] = {&hw.qkv_w, &hw.proj_w, &hw.fc_w, &hw.mlp_proj_w};
-      const std::array<size_t, 4> sizes = half_sizes(l);
-      for (int k = 0; k < 4; ++k) {
-        *dst[k] = h;
-        h += sizes[k];
-      }
+    allocate_half_weights();
+  }
+}
+
+template <class T>
+void GPT<T>::allocate_half_weights() {
+  if (half_buf_.bytes()) return;
+  const ModelConfig& m = cfg_.model;
+  const int L = m.n_layer;
+  size_t n = (size_t)m.vocab_size * m.d_model;
+  for (int l = 0; l < L; ++l)
+    for (size_t k : half_sizes(l)) n += k;
+  half_buf_ = Buffer(n * sizeof(bf16));
+  bf16* h = half_buf_.as<bf16>();
+  half_wte_ = h;
+  h += (size_t)m.vocab_size * m.d_model;
+  half_layers_.resize(L);
+  for (int l = 0; l < L; ++l) {
+    HalfWeights& hw = half_layers_[l];
+    bf16** dst[4] = {&hw.qkv_w, &hw.proj_w, &hw.fc_w, &hw.mlp_proj_w};
+    const std::array<size_t, 4> sizes = half_sizes(l);
+    for (int k = 0; k < 4; ++k) {
+      *dst[k] = h;
+      h += sizes[k];
     }
   }
 }
@@ -165,6 +173,30 @@ std::array<size_t, 4> GPT<T>::half_sizes(int l) const {
   const ModelConfig& m = cfg_.model;
   const size_t C = m.d_model, hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
   return {C * lattn_[l].qkv_cols, (size_t)m.n_head * m.head_dim() * C, C * fc_cols, hidden * C};
+}
+
+template <class T>
+void GPT<T>::round_weights_to_bf16() {
+  if constexpr (!std::is_same_v<T, float>) {
+    fail("bf16 weights need a float model (this one is double)");
+  } else {
+    allocate_half_weights();
+    const ModelConfig& m = cfg_.model;
+    // Round the float weights in place (the copies then hold exactly these values), then copy.
+    auto round = [](float* p, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+      for (size_t i = 0; i < n; ++i) p[i] = to_float(to_bf16(p[i]));
+    };
+    round(wte_, (size_t)m.vocab_size * m.d_model);
+    for (int l = 0; l < m.n_layer; ++l) {
+      const LayerParams& p = layer_params_[l];
+      const std::array<size_t, 4> sizes = half_sizes(l);
+      float* w[4] = {p.qkv_w, p.proj_w, p.fc_w, p.mlp_proj_w};
+      for (int k = 0; k < 4; ++k) round(w[k], sizes[k]);
+    }
+    refresh_half_weights();
+    half_decode_ = true;
+  }
 }
 
 template <class T>
@@ -196,6 +228,7 @@ void GPT<T>::linear_fwd(const Workspace& ws, T* out, const T* x, bf16* xh, const
       if (x) to_bf16_rows(xh, C, x, C, N, C);  // x == nullptr: xh was written directly
       return kernels::linear_forward(out, xh, wh, b, N, C, OC);
     }
+    if (ws.half_weights && N <= kernels::detail::kFewRows) return kernels::few_rows_linear(out, x, wh, b, N, C, OC);
   }
   kernels::linear_forward(out, x, w, b, N, C, OC);
 }
@@ -259,11 +292,17 @@ size_t GPT<T>::num_params() const {
 template <class T>
 typename GPT<T>::DecodeBytes GPT<T>::decode_bytes(double context) const {
   const ModelConfig& m = cfg_.model;
-  size_t n = num_params();
+  size_t n = num_params(), half = 0;
   if (const ParamSpec* wpe = reg_.find("wpe")) n -= wpe->numel - (size_t)m.d_model;
+  if (half_decode_) {  // the matrices read as bf16
+    half = (size_t)m.vocab_size * m.d_model;
+    for (int l = 0; l < m.n_layer; ++l)
+      for (size_t k : half_sizes(l)) half += k;
+    n -= half;
+  }
   // The cache layout of plan_inference: keys and values of kv_heads·head_dim per position and layer.
   const double kv = 2.0 * m.n_layer * (double)m.kv_heads * m.head_dim() * sizeof(T);
-  return {double(n) * sizeof(T), kv * context};
+  return {double(n) * sizeof(T) + double(half) * sizeof(bf16), kv * context};
 }
 
 template <class T>
@@ -443,7 +482,7 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
   R.begin(rs, N);
   for (int l = 0; l < m.n_layer; ++l) {
     const LayerParams& p = layer_params_[l];
-    const HalfWeights hw = ws.half ? half_layers_[l] : HalfWeights{};
+    const HalfWeights hw = ws.half || ws.half_weights ? half_layers_[l] : HalfWeights{};
     const LayerAttention& la = lattn_[l];
     auto& a = ws.layers[l];
     const T* x = R.read(rs, 2 * l + 1, N);
@@ -669,16 +708,20 @@ void GPT<T>::forward_cached(T* logits, const int32_t* tokens, int Tq, bool last_
     fail("KV cache is full: ", cache_len_, " + ", Tq, " tokens exceed its capacity of ", cache_cap_);
   inf_ws_.B = inf_B_;
   inf_ws_.seq = Tq;
+  inf_ws_.half_weights = half_decode_;
   forward(inf_ws_, tokens, cache_len_, true);
   cache_len_ += Tq;
   const int C = m.d_model, V = m.vocab_size;
-  if (!last_only) {
-    kernels::lm_head_logits(logits, inf_ws_.lnf, wte_, inf_B_ * Tq, C, V);
-    return;
-  }
+  // Up to four rows with bf16 weights read the embedding's bf16 copy (the same values as wte_).
+  auto head = [&](const T* x, int rows) {
+    if constexpr (std::is_same_v<T, float>)
+      if (half_decode_ && rows <= 4) return kernels::lm_head_logits(logits, x, half_wte_, rows, C, V);
+    kernels::lm_head_logits(logits, x, wte_, rows, C, V);
+  };
+  if (!last_only) return head(inf_ws_.lnf, inf_B_ * Tq);
   for (int b = 0; b < inf_B_; ++b)
     std::memcpy(inf_logits_scratch_ + (size_t)b * C, inf_ws_.lnf + ((size_t)b * Tq + Tq - 1) * C, C * sizeof(T));
-  kernels::lm_head_logits(logits, inf_logits_scratch_, wte_, inf_B_, C, V);
+  head(inf_logits_scratch_, inf_B_);
 }
 
 template <class T>
@@ -693,6 +736,7 @@ double GPT<T>::forward_cached_loss(const int32_t* tokens, const int32_t* targets
   count_valid(targets, N);
   inf_ws_.B = inf_B_;
   inf_ws_.seq = Tq;
+  inf_ws_.half_weights = half_decode_;
   forward(inf_ws_, tokens, cache_len_, true);
   cache_len_ += Tq;
   return kernels::lm_head_ce_forward(losses, inf_ws_.lnf, wte_, targets, N, m.d_model, m.vocab_size, inf_ws_.ce_scratch,

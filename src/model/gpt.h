@@ -92,10 +92,20 @@ class GPT {
   // long sequence in chunks needs only the cache (linear in its length) and one chunk's activations
   // (long-context evaluation, docs/long-context.md). Returns the sum of the valid losses.
   double forward_cached_loss(const int32_t* tokens, const int32_t* targets, int Tq, T* losses, int32_t* argmax = nullptr);
+  // Inference with bf16 weights (float models; `attnlab sample|eval|forward --weights bf16`): rounds
+  // the matrices of the linear layers and the tied embedding to bf16 in place (to nearest even), so
+  // every later forward, a GEMM over a prompt or a decoding step, multiplies by the same rounded
+  // values, and keeps bf16 copies of them that the few-row products (decoding: up to 4 rows) read
+  // instead: half the bytes a decoding step reads. Norms, biases and the other parameters stay
+  // float, as do the activations and the KV cache. Not for training: the optimizer would step off
+  // the rounded values (and a bf16 training forward rewrites the copies from them).
+  void round_weights_to_bf16();
+  bool bf16_weights() const { return half_decode_; }
   // Bytes a decoder must read from memory for one new token of one sequence at a cache length of
   // `context` positions: every parameter once (the tied embedding is read whole, as the output
-  // projection; of a learned position table only the one row), plus the keys and values of all
-  // layers at `context` positions. The numerator of the decode bound (`attnlab sample`).
+  // projection; of a learned position table only the one row; 2 bytes each for the matrices read
+  // in bf16 after round_weights_to_bf16), plus the keys and values of all layers at `context`
+  // positions. The numerator of the decode bound (`attnlab sample`).
   struct DecodeBytes { double weights = 0, kv_cache = 0; };
   DecodeBytes decode_bytes(double context) const;
   // Bytes planned for inference: the KV cache plus the inference workspace (activations of one chunk).
@@ -127,6 +137,7 @@ class GPT {
   struct Workspace {
     int B = 0, seq = 0;
     bool half = false;  // the linear layers and LM head run on bf16 operands (training workspace, bf16)
+    bool half_weights = false;  // few-row products read the bf16 weight copies (inference, round_weights_to_bf16)
     std::unique_ptr<ResidualState> residual;  // the residual kind's states and gradients (residual.h)
     struct Layer {
       T *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
@@ -150,6 +161,7 @@ class GPT {
     bf16* dout_h = nullptr;                            // bf16: a linear layer's dout, rounded
     bf16 *ce_x_h = nullptr, *ce_dlogits_h = nullptr;   // bf16: the LM head's chunk operands
   };
+  void allocate_half_weights();  // the bf16 copies' buffer (train.precision = bf16, or bf16 inference)
   void refresh_half_weights();
   std::array<size_t, 4> half_sizes(int l) const;  // elements of qkv, proj, fc, mlp.proj weights
   // y = x·W + b, through the bf16 copies (x rounded into xh first) when ws.half.
@@ -181,6 +193,7 @@ class GPT {
   Buffer params_, grads_;
   std::vector<LayerParams> layer_params_, layer_grads_;
   bool bf16_ = false;  // train.precision = bf16
+  bool half_decode_ = false;  // round_weights_to_bf16() was called
   Buffer half_buf_;
   std::vector<HalfWeights> half_layers_;
   bf16* half_wte_ = nullptr;

@@ -45,6 +45,19 @@ check "sample reports the DRAM bound beside it" 'grep -qE "^DRAM bound: the same
 "$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 5 --seed 3 --quiet 2>"$WORK/sample_quiet.err" >/dev/null
 check "sample --quiet prints no speed line" '[ $? -eq 0 ] && ! grep -q prefill "$WORK/sample_quiet.err"'
 
+# bf16 weights (--weights bf16): the matrices rounded, decoding reads half the bytes; the decode bound
+# counts 2 bytes for them, so its weights figure is below the fp32 one.
+out=$("$BIN" sample --checkpoint "$CK" --prompt "In the beginning" -n 20 --seed 3 --weights bf16 2>"$WORK/sample_bf16.err")
+[ $? -eq 0 ] && [ -n "$out" ] && ok "sample --weights bf16" || bad "sample --weights bf16: $out $(cat "$WORK/sample_bf16.err")"
+w32=$(sed -nE 's/^decode bound: .*\(weights ([0-9.]+),.*/\1/p' "$WORK/sample.err")
+w16=$(sed -nE 's/^decode bound: .*\(weights ([0-9.]+),.*/\1/p' "$WORK/sample_bf16.err")
+check "the bf16 decode bound reads fewer weight bytes ($w16 against $w32 MB)" 'awk -v a="$w16" -v b="$w32" "BEGIN { exit !(a > 0 && a < 0.75 * b) }"'
+out=$("$BIN" eval --checkpoint "$CK" --data "$WORK/data/val.bin" --weights bf16 2>&1)
+grep -q "perplexity" <<<"$out" && ok "eval --weights bf16" || bad "eval --weights bf16: $out"
+"$BIN" forward --checkpoint "$CK" --tokens "$WORK/ids.txt" --out "$WORK/logits_bf16.npy" --weights bf16 >/dev/null 2>&1 \
+  && ok "forward --weights bf16" || bad "forward --weights bf16"
+expect_error "unknown --weights" "--weights" "$BIN" sample --checkpoint "$CK" --prompt hi --weights fp16
+
 printf '1 2 3 4 5 6\n' >"$WORK/seq.txt"
 "$BIN" grads --checkpoint "$CK" --tokens "$WORK/seq.txt" --out "$WORK/g.safetensors" >/dev/null 2>&1 && ok grads || bad grads
 

@@ -225,27 +225,39 @@ TEST(CrossEntropy, LogitsMatchNaive) {
 // (V >= 128) with the most rows left over (V mod 8 = 0: 56) and the fewest (V mod 8 = 7: 7), and
 // V·C >= 65536 the threaded split.
 TEST(CrossEntropy, FewRowLogitsWithinTheSummationBound) {
-  for (int N : {1, 2, 3, 4, 5})
-    for (auto [C, V] : {std::pair{40, 1}, {40, 3}, {33, 7}, {40, 8}, {40, 17}, {40, 135}, {40, 160}, {256, 301},
-                        {256, 520}}) {
-      auto x = test::random_vec<float>((size_t)N * C, 50 + N);
-      auto wte = test::random_vec<float>((size_t)V * C, 60 + V);
-      std::vector<float> logits((size_t)N * V, 7.0f);
-      lm_head_logits(logits.data(), x.data(), wte.data(), N, C, V);
-      const double eps = 0x1p-24, gamma = C * eps / (1 - C * eps);
-      double worst = 0;
-      for (int i = 0; i < N; ++i)
-        for (int v = 0; v < V; ++v) {
-          double exact = 0, mag = 0;
-          for (int c = 0; c < C; ++c) {
-            const double t = double(x[(size_t)i * C + c]) * wte[(size_t)v * C + c];
-            exact += t;
-            mag += std::abs(t);
-          }
-          worst = std::max(worst, std::abs(logits[(size_t)i * V + v] - exact) / (gamma * mag));
+  for (bool half : {false, true})  // wte as float, or bf16 (decoding with bf16 weights: up to 4 rows)
+    for (int N : {1, 2, 3, 4, 5})
+      for (auto [C, V] : {std::pair{40, 1}, {40, 3}, {33, 7}, {40, 8}, {40, 17}, {40, 135}, {40, 160}, {256, 301},
+                          {256, 520}}) {
+        auto x = test::random_vec<float>((size_t)N * C, 50 + N);
+        auto wte = test::random_vec<float>((size_t)V * C, 60 + V);
+        std::vector<bf16> wte_h(wte.size());
+        to_bf16(wte_h.data(), wte.data(), wte.size());
+        std::vector<float> logits((size_t)N * V, 7.0f);
+        if (half && N > 4) {
+          EXPECT_THROW(lm_head_logits(logits.data(), x.data(), wte_h.data(), N, C, V), Error);
+          continue;
         }
-      EXPECT_LE(worst, 1.0) << "N=" << N << " C=" << C << " V=" << V;
-    }
+        if (half) {
+          lm_head_logits(logits.data(), x.data(), wte_h.data(), N, C, V);
+          to_float(wte.data(), wte_h.data(), wte.size());  // the exact sum below is of the widened weights
+        } else {
+          lm_head_logits(logits.data(), x.data(), wte.data(), N, C, V);
+        }
+        const double eps = 0x1p-24, gamma = C * eps / (1 - C * eps);
+        double worst = 0;
+        for (int i = 0; i < N; ++i)
+          for (int v = 0; v < V; ++v) {
+            double exact = 0, mag = 0;
+            for (int c = 0; c < C; ++c) {
+              const double t = double(x[(size_t)i * C + c]) * wte[(size_t)v * C + c];
+              exact += t;
+              mag += std::abs(t);
+            }
+            worst = std::max(worst, std::abs(logits[(size_t)i * V + v] - exact) / (gamma * mag));
+          }
+        EXPECT_LE(worst, 1.0) << "N=" << N << " C=" << C << " V=" << V << " bf16=" << half;
+      }
 }
 
 // A target outside the vocabulary is a data/config mismatch: an attnlab::Error, not a crash.

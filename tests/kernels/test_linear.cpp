@@ -49,30 +49,42 @@ TEST(Linear, MatchesNaiveFloat) {
 // (n = C products plus the bias). C covers whole steps of four rows of W and tails; OC = 2100
 // needs two passes of the accumulators (2048/N columns each), and C·OC >= 65536 the threaded split
 // (bands of W's rows per thread, summed at the end).
+// The same with bf16 weights (decoding after GPT::round_weights_to_bf16, few_rows_linear; N <= 4): each
+// weight is widened exactly, so the bound is the float one for the widened weights.
 TEST(Linear, FewRowsWithinTheSummationBound) {
-  for (int N : {1, 2, 3, 4, 5})
-    for (auto [C, OC] : {std::pair{37, 1}, {8, 15}, {37, 64}, {19, 67}, {9, 2100}, {300, 250}}) {
-      auto x = test::random_vec<float>((size_t)N * C, 20 + N);
-      auto W = test::random_vec<float>((size_t)C * OC, 30 + C);
-      auto b = test::random_vec<float>(OC, 40 + OC);
-      for (bool with_bias : {true, false}) {
-        std::vector<float> out((size_t)N * OC, 7.0f);
-        linear_forward(out.data(), x.data(), W.data(), with_bias ? b.data() : nullptr, N, C, OC);
-        const double eps = 0x1p-24, n = C + 1, gamma = n * eps / (1 - n * eps);
-        double worst = 0;  // the largest error as a fraction of its bound
-        for (int i = 0; i < N; ++i)
-          for (int o = 0; o < OC; ++o) {
-            double exact = with_bias ? b[o] : 0.0, mag = std::abs(exact);
-            for (int c = 0; c < C; ++c) {
-              const double t = double(x[(size_t)i * C + c]) * W[(size_t)c * OC + o];
-              exact += t;
-              mag += std::abs(t);
-            }
-            worst = std::max(worst, std::abs(out[(size_t)i * OC + o] - exact) / (gamma * mag));
+  for (bool half : {false, true})
+    for (int N : {1, 2, 3, 4, 5})
+      for (auto [C, OC] : {std::pair{37, 1}, {8, 15}, {37, 64}, {19, 67}, {9, 2100}, {300, 250}}) {
+        auto x = test::random_vec<float>((size_t)N * C, 20 + N);
+        auto W = test::random_vec<float>((size_t)C * OC, 30 + C);
+        auto b = test::random_vec<float>(OC, 40 + OC);
+        std::vector<bf16> Wh(W.size());
+        to_bf16(Wh.data(), W.data(), W.size());
+        if (half) to_float(W.data(), Wh.data(), W.size());  // the exact sums below are of the widened weights
+        for (bool with_bias : {true, false}) {
+          std::vector<float> out((size_t)N * OC, 7.0f);
+          const float* bias = with_bias ? b.data() : nullptr;
+          if (half && N > 4) {
+            EXPECT_THROW(few_rows_linear(out.data(), x.data(), Wh.data(), bias, N, C, OC), Error);
+            continue;
           }
-        EXPECT_LE(worst, 1.0) << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias;
+          if (half) few_rows_linear(out.data(), x.data(), Wh.data(), bias, N, C, OC);
+          else linear_forward(out.data(), x.data(), W.data(), bias, N, C, OC);
+          const double eps = 0x1p-24, n = C + 1, gamma = n * eps / (1 - n * eps);
+          double worst = 0;  // the largest error as a fraction of its bound
+          for (int i = 0; i < N; ++i)
+            for (int o = 0; o < OC; ++o) {
+              double exact = with_bias ? b[o] : 0.0, mag = std::abs(exact);
+              for (int c = 0; c < C; ++c) {
+                const double t = double(x[(size_t)i * C + c]) * W[(size_t)c * OC + o];
+                exact += t;
+                mag += std::abs(t);
+              }
+              worst = std::max(worst, std::abs(out[(size_t)i * OC + o] - exact) / (gamma * mag));
+            }
+          EXPECT_LE(worst, 1.0) << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias << " bf16=" << half;
+        }
       }
-    }
 }
 
 // Mixed precision (train.precision = bf16): the layer's products take bf16 copies of x, W and dout
