@@ -55,8 +55,9 @@ inline Real value_as(const Src* p, size_t j) {
 
 // Reading bf16 operands at memory speed: a pair of bf16 values (p[2i], p[2i+1]) loaded as one 32-bit
 // word (little-endian: p[2i] in the low half) gives both as exact floats with an integer shift and
-// an and, where widening 16 bf16 values to 16 floats takes a shuffle (one shuffle unit: the
-// widening decode kernels ran slower than on float weights, docs/performance.md "bf16 weights").
+// an and, where widening 16 bf16 values to 16 floats takes a shuffle per vector (with widening
+// loads the decode's LM head took about as long on bf16 as on float weights, docs/performance.md
+// "bf16 weights").
 // A kernel using it sees the even-indexed and the odd-indexed values of a row as two streams.
 using bf16_pair = uint32_t __attribute__((may_alias, aligned(2)));
 inline float bf16_even(uint32_t word) { return std::bit_cast<float>(word << 16); }
