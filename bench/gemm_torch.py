@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The products of bench/gemm_bench.cpp (one training step of the bench model) timed in PyTorch's
-own fp32 matmul (MKL in the PyPI wheels), same threads, median of 15 repeats after 2: the GEMM
-speed the PyTorch peer starts from, to set beside gemm_bench's oneDNN column.
+own matmul, fp32 (MKL in the PyPI wheels) and bf16 (bf16 operands and result, as under autocast;
+oneDNN in the wheels), same threads, median of 15 repeats after 2: the GEMM speed the PyTorch peer
+starts from, to set beside gemm_bench's oneDNN columns.
 
     /path/to/python-with-torch bench/gemm_torch.py [--threads 2]
 """
@@ -30,22 +31,25 @@ def main():
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(1)
     print(f"torch {torch.__version__}, threads: {torch.get_num_threads()}; GFLOP/s, median of 15 repeats")
-    print("| product | M×N×K | torch |\n|---|---|---:|")
+    print("| product | M×N×K | torch fp32 | torch bf16 |\n|---|---|---:|---:|")
     for what, ta, tb, M, N, K, beta in SHAPES:
-        a = torch.randn(*((K, M) if ta else (M, K)), generator=g)
-        b = torch.randn(*((N, K) if tb else (K, N)), generator=g)
-        a, b = (a.t() if ta else a), (b.t() if tb else b)  # row-major storage, as in gemm_bench
-        c = torch.randn(M, N, generator=g)
-        times = []
-        for rep in range(17):
-            t = time.perf_counter()
-            if beta:
-                c.addmm_(a, b)
-            else:
-                torch.mm(a, b, out=c)
-            if rep >= 2:
-                times.append(time.perf_counter() - t)
-        print(f"| {what} | {M}×{N}×{K} | {2.0 * M * N * K / statistics.median(times) / 1e9:.0f} |")
+        rates = []
+        for dtype in (torch.float32, torch.bfloat16):
+            a = torch.randn(*((K, M) if ta else (M, K)), generator=g).to(dtype)
+            b = torch.randn(*((N, K) if tb else (K, N)), generator=g).to(dtype)
+            a, b = (a.t() if ta else a), (b.t() if tb else b)  # row-major storage, as in gemm_bench
+            c = torch.randn(M, N, generator=g).to(dtype)
+            times = []
+            for rep in range(17):
+                t = time.perf_counter()
+                if beta:
+                    c.addmm_(a, b)
+                else:
+                    torch.mm(a, b, out=c)
+                if rep >= 2:
+                    times.append(time.perf_counter() - t)
+            rates.append(2.0 * M * N * K / statistics.median(times) / 1e9)
+        print(f"| {what} | {M}×{N}×{K} | {rates[0]:.0f} | {rates[1]:.0f} |")
 
 
 if __name__ == "__main__":
