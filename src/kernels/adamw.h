@@ -66,7 +66,7 @@ void adamw_update_naive(Real* param, const Real* grad, Real* m, Real* v, size_t 
 template <class Real>
 double l2_norm_squared(const Real* x, size_t n) {
   double sum = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : sum) if (n >= 16384)
+#pragma omp parallel for simd schedule(static) reduction(+ : sum) if (parallel : n >= 16384)
   for (size_t i = 0; i < n; ++i) sum += double(x[i]) * double(x[i]);
   return sum;
 }
@@ -74,7 +74,7 @@ double l2_norm_squared(const Real* x, size_t n) {
 // x (n) ← s·x (gradient clipping by max_norm/‖g‖).
 template <class Real>
 void scale_inplace(Real* x, size_t n, Real s) {
-#pragma omp parallel for simd schedule(static) if (n >= 16384)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= 16384)
   for (size_t i = 0; i < n; ++i) x[i] *= s;
 }
 
@@ -84,7 +84,7 @@ void scale_inplace(Real* x, size_t n, Real s) {
 template <class Real>
 bool all_finite(const Real* x, size_t n) {
   size_t bad = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (n >= 16384)
+#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (parallel : n >= 16384)
   for (size_t i = 0; i < n; ++i) bad += !std::isfinite(x[i]);
   return bad == 0;
 }

@@ -68,7 +68,7 @@ inline constexpr double kGeluA = 0.044715;            // §1.1 (and 3·0.044715 
 template <class Real>
 void gelu_forward(Real* out, const Real* inp, size_t n) {
   const Real two_c = Real(2 * kGeluC), a = Real(kGeluA);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMinElements)
   for (size_t i = 0; i < n; ++i) {
     const Real h = inp[i];
     out[i] = h / (Real(1) + exp_fast(-two_c * (h + a * h * h * h)));
@@ -94,7 +94,7 @@ inline void gelu_forward(bf16* out, const float* inp, size_t n) {
 template <class Real>
 void gelu_backward(Real* dinp, const Real* dout, const Real* inp, size_t n) {
   const Real c = Real(kGeluC), two_c = Real(2 * kGeluC), a = Real(kGeluA), a3 = Real(3 * kGeluA);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMinElements)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kParallelMinElements)
   for (size_t i = 0; i < n; ++i) {
     const Real h = inp[i];
     const Real e = exp_fast(-two_c * (h + a * h * h * h));

@@ -15,7 +15,7 @@ namespace {
 
 template <class T>
 void add_inplace(T* y, const T* x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kernels::kParallelMinElements)
+#pragma omp parallel for simd schedule(static) if (parallel : n >= kernels::kParallelMinElements)
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
