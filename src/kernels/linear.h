@@ -149,6 +149,19 @@ void few_rows_forward(Real* out, const Real* inp, const Wt* weight, const Real* 
 #pragma omp parallel num_threads(threads)
   band(omp_get_num_threads(), omp_get_thread_num());
 }
+
+// few_rows_forward for N <= kFewRows rows (its row count is a template parameter); false, and
+// nothing done, for more rows.
+template <class Real, class Wt>
+bool few_rows(Real* out, const Real* inp, const Wt* weight, const Real* bias, int N, int C, int OC) {
+  switch (N) {
+    case 1: few_rows_forward<Real, 1>(out, inp, weight, bias, C, OC); return true;
+    case 2: few_rows_forward<Real, 2>(out, inp, weight, bias, C, OC); return true;
+    case 3: few_rows_forward<Real, 3>(out, inp, weight, bias, C, OC); return true;
+    case 4: few_rows_forward<Real, 4>(out, inp, weight, bias, C, OC); return true;
+    default: return false;
+  }
+}
 }  // namespace detail
 
 // Forward. out (N,OC) = inp (N,C) · weight (C,OC) + bias (OC); bias may be nullptr.
@@ -158,13 +171,7 @@ void few_rows_forward(Real* out, const Real* inp, const Wt* weight, const Real* 
 // path above; otherwise it is one GEMM.
 template <class Real>
 void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int C, int OC) {
-  switch (N) {
-    case 1: return detail::few_rows_forward<Real, 1>(out, inp, weight, bias, C, OC);
-    case 2: return detail::few_rows_forward<Real, 2>(out, inp, weight, bias, C, OC);
-    case 3: return detail::few_rows_forward<Real, 3>(out, inp, weight, bias, C, OC);
-    case 4: return detail::few_rows_forward<Real, 4>(out, inp, weight, bias, C, OC);
-    default: break;
-  }
+  if (detail::few_rows(out, inp, weight, bias, N, C, OC)) return;
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) std::copy(bias, bias + OC, out + (size_t)i * OC);
@@ -178,13 +185,8 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
 // widened weights, so the same bound holds (tests/kernels/test_linear.cpp).
 template <class Real>
 void few_rows_linear(Real* out, const Real* inp, const bf16* weight, const Real* bias, int N, int C, int OC) {
-  switch (N) {
-    case 1: return detail::few_rows_forward<Real, 1>(out, inp, weight, bias, C, OC);
-    case 2: return detail::few_rows_forward<Real, 2>(out, inp, weight, bias, C, OC);
-    case 3: return detail::few_rows_forward<Real, 3>(out, inp, weight, bias, C, OC);
-    case 4: return detail::few_rows_forward<Real, 4>(out, inp, weight, bias, C, OC);
-    default: ATTNLAB_CHECK(false, "few_rows_linear: ", N, " rows, more than ", detail::kFewRows);
-  }
+  const bool done = detail::few_rows(out, inp, weight, bias, N, C, OC);
+  ATTNLAB_CHECK(done, "few_rows_linear: ", N, " rows, more than ", detail::kFewRows);
 }
 
 // ---------------------------------------------------------------------------------------------
