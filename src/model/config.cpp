@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/attention/mechanism.h"
 
 namespace attnlab {
 namespace {
@@ -41,6 +42,8 @@ struct KeyDef {
   std::function<nlohmann::json(const Config&)> get;
   std::function<bool(const Config&)> active;
   std::string inactive_reason;
+  // Whether the resolved configuration (to_json) shows it, when active; null: always.
+  std::function<bool(const Config&)> shown = nullptr;
 };
 
 [[noreturn]] void bad_value(const std::string& key, const std::string& value, const std::string& where, const std::string& expected) {
@@ -248,6 +251,44 @@ std::vector<KeyDef> make_keys() {
   add_string("data.train", [](Config& c) -> std::string& { return c.data.train; });
   add_string("data.val", [](Config& c) -> std::string& { return c.data.val; });
   add_string("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; });
+
+  // The keys attention-mechanism modules declare (model/attention/mechanism.h), stored as text.
+  for (const MechanismInfo& info : attention_mechanisms())
+    for (const MechanismKey& mk : info.keys) {
+      using Kind = MechanismKey::Kind;
+      KeyDef d;
+      d.name = mk.name;
+      d.set = [mk](Config& c, const std::string& v, const std::string& w) {
+        std::string text;
+        switch (mk.kind) {
+          case Kind::Choice: text = parse_choice(mk.name, v, w, mk.choices); break;
+          case Kind::Int: text = std::to_string(parse_int(mk.name, v, w, (long long)mk.lo, (long long)mk.hi)); break;
+          case Kind::Float: {
+            std::ostringstream os;
+            os.precision(17);
+            os << parse_float(mk.name, v, w, mk.lo, mk.hi);
+            text = os.str();
+            break;
+          }
+          case Kind::Bool: text = parse_bool(mk.name, v, w) ? "true" : "false"; break;
+        }
+        c.attn.options[mk.name] = text;
+      };
+      d.get = [mk](const Config& c) -> nlohmann::json {
+        const std::string& text = mechanism_option(c, mk.name);
+        switch (mk.kind) {
+          case Kind::Int: return std::stoll(text);
+          case Kind::Float: return std::stod(text);
+          case Kind::Bool: return text == "true";
+          case Kind::Choice: break;
+        }
+        return text;
+      };
+      d.active = mk.active ? mk.active : always;
+      d.inactive_reason = mk.inactive_reason;
+      d.shown = mk.shown;
+      k.push_back(std::move(d));
+    }
   return k;
 }
 
@@ -354,6 +395,8 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   if (m.mlp_hidden == 0) m.mlp_hidden = m.mlp == "gelu" ? 4 * m.d_model : 64 * ((8 * m.d_model + 191) / 192);
   if (c.train.warmup > c.train.steps && c.train.steps > 0)
     fail(where("train.warmup"), ": train.warmup = ", c.train.warmup, " exceeds train.steps = ", c.train.steps);
+  for (const MechanismInfo& info : attention_mechanisms())
+    if (info.validate) info.validate(c, where);
   if (c.data.train.empty()) c.data.train = c.data.dir + "/train.bin";
   if (c.data.val.empty()) c.data.val = c.data.dir + "/val.bin";
   if (c.data.tokenizer.empty()) c.data.tokenizer = c.data.dir + "/tokenizer.model";
@@ -376,7 +419,7 @@ std::string AttentionConfig::pos_at(int layer) const {
 nlohmann::json Config::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& kd : keys())
-    if (kd.active(*this)) j[kd.name] = kd.get(*this);
+    if (kd.active(*this) && (!kd.shown || kd.shown(*this))) j[kd.name] = kd.get(*this);
   return j;
 }
 

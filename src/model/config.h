@@ -48,6 +48,10 @@ struct AttentionConfig {
   std::string xsa = "off";    // off | on | gated (§2)
   std::vector<int> xsa_layers;  // empty = all layers
   GoatConfig goat;
+  // The keys that attention-mechanism modules declare (src/model/attention/, docs/extending.md),
+  // by name, as resolved text ("on", "3", "1e-06"); a key not set here has its declared default
+  // (mechanism_option in model/attention/mechanism.h reads them).
+  std::map<std::string, std::string> options;
   bool xsa_at(int layer) const;   // XSA acts on this layer
   bool goat_at(int layer) const;  // GOAT priors on this layer (attn.pos = goat and in attn.goat.layers)
   // The positional scheme of a layer: "goat" on GOAT layers, attn.goat.other_pos on the others when

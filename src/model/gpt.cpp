@@ -57,51 +57,31 @@ GPT<T>::GPT(const Config& cfg, LayoutOnly) : cfg_(cfg), residual_(make_residual<
     reg_.add(p + ".weight", {in, out}, Init::Normal, std, true);
     if (m.bias) reg_.add(p + ".bias", {out}, Init::Zero, 0, false);
   };
-  const AttentionConfig& ac = cfg_.attn;
-  const GoatConfig& gc = ac.goat;
-  goat_shape_ = {H, m.kv_heads, Dh, gc.pos_rank, gc.abs_rank, gc.key_bias};
+  // The attention mechanisms (model/attention/): which act on each layer, and who owns its projection.
+  mechanisms_ = make_attention_mechanisms<T>(cfg_);
   lattn_.resize(L);
   for (int i = 0; i < L; ++i) {
     LayerAttention& la = lattn_[i];
-    const std::string pos = ac.pos_at(i);
-    la.rope = pos == "rope";
-    la.alibi = pos == "alibi";
-    la.goat = pos == "goat";
-    la.xsa = ac.xsa_at(i);
-    la.qkv_cols = la.goat ? goat_shape_.compact_dim() : m.qkv_dim();
+    la.qkv_cols = m.qkv_dim();
+    for (int k = 0; k < (int)mechanisms_.size(); ++k) {
+      if (!mechanisms_[k]->acts_on(i)) continue;
+      la.mechanisms.push_back(k);
+      if (const int cols = mechanisms_[k]->projection_columns(i)) {
+        if (la.projection_owner >= 0)
+          fail("attention mechanisms ", mechanisms_[la.projection_owner]->name(), " and ", mechanisms_[k]->name(),
+               " both replace the qkv projection of layer ", i, "; they cannot be combined");
+        la.projection_owner = k;
+        la.qkv_cols = cols;
+      }
+    }
     max_qkv_cols_ = std::max(max_qkv_cols_, la.qkv_cols);
-    any_rope_ |= la.rope;
-    any_goat_ |= la.goat;
   }
   for (int i = 0; i < L; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     add_norm(b + "ln1");
     add_linear(b + "attn.qkv", C, lattn_[i].qkv_cols, std0);
     add_linear(b + "attn.proj", H * Dh, C, std_out);
-    if (ac.sink == "learned") reg_.add(b + "attn.sink", {H}, Init::Constant, ac.sink_init, false);
-    if (lattn_[i].xsa && ac.xsa == "gated") reg_.add(b + "attn.xsa_gate", {H}, Init::Zero, 0, false);  // §2.1: zero-init, no decay
-    if (lattn_[i].goat) {
-      // §3.3 parameters and §3.6 init; none is weight-decayed [Ours].
-      const std::string g = b + "attn.goat.";
-      const int Hkv = m.kv_heads, R = gc.pos_rank, F = goat_shape_.features();
-      const bool seeded = gc.init == "seeded";
-      reg_.add(g + "A", {Hkv, R}, seeded ? Init::Normal : Init::Zero, 0.01, false);
-      reg_.add(g + "B", {Hkv, R}, Init::Zero, 0, false);
-      if (gc.key_bias) {
-        reg_.add(g + "W1", {kernels::kGoatHidden, F}, Init::Normal, gc.init_std, false);
-        reg_.add(g + "b1", {kernels::kGoatHidden}, Init::Zero, 0, false);
-        reg_.add(g + "w2", {kernels::kGoatHidden}, seeded ? Init::Normal : Init::Zero, gc.init_std, false);
-        reg_.add(g + "b2", {1}, Init::Zero, 0, false);
-        reg_.add(g + "gain", {Hkv}, Init::One, 0, false);
-        reg_.add(g + "bump", {Hkv}, Init::Zero, 0, false);
-        std::vector<double> rho(Hkv, -30.0);  // uniform: softplus(−30) ≈ 1e-13, no recency
-        if (seeded) {  // the recency term starts as exact ALiBi with slopes for H_kv heads
-          const std::vector<double> slopes = alibi_slopes(Hkv);
-          for (int k = 0; k < Hkv; ++k) rho[k] = kernels::goat_softplus_inverse(slopes[k]);
-        }
-        reg_.add_values(g + "rho", {Hkv}, rho, false);
-      }
-    }
+    for (int k : lattn_[i].mechanisms) mechanisms_[k]->register_params(reg_, i, b + "attn.");
     add_norm(b + "ln2");
     if (gelu) add_linear(b + "mlp.fc", C, m.mlp_hidden, std0);
     else add_linear(b + "mlp.gate_up", C, 2 * m.mlp_hidden, std0);
@@ -115,8 +95,7 @@ GPT<T>::GPT(const Config& cfg, LayoutOnly) : cfg_(cfg), residual_(make_residual<
 template <class T>
 GPT<T>::GPT(const Config& cfg) : GPT(cfg, LayoutOnly{}) {
   const ModelConfig& m = cfg_.model;
-  const AttentionConfig& ac = cfg_.attn;
-  const int L = m.n_layer, H = m.n_head;
+  const int L = m.n_layer;
   params_ = Buffer(reg_.total() * sizeof(T));
   grads_ = Buffer(reg_.total() * sizeof(T));
   layer_params_.resize(L);
@@ -124,6 +103,7 @@ GPT<T>::GPT(const Config& cfg) : GPT(cfg, LayoutOnly{}) {
   bind_layers(layer_params_.data(), params());
   bind_layers(layer_grads_.data(), grads());
   residual_->bind(reg_, params(), grads());
+  for (auto& mech : mechanisms_) mech->bind(reg_, params(), grads());
   auto ptr = [&](T* base, const char* name) -> T* {
     const ParamSpec* s = reg_.find(name);
     return s ? base + s->offset : nullptr;
@@ -132,10 +112,6 @@ GPT<T>::GPT(const Config& cfg) : GPT(cfg, LayoutOnly{}) {
   lnf_w_ = ptr(params(), "ln_f.weight"); lnf_b_ = ptr(params(), "ln_f.bias");
   dwte_ = ptr(grads(), "wte"); dwpe_ = ptr(grads(), "wpe");
   dlnf_w_ = ptr(grads(), "ln_f.weight"); dlnf_b_ = ptr(grads(), "ln_f.bias");
-  for (const auto& la : lattn_)
-    if (la.alibi && alibi_slopes_.empty())
-      for (double slope : alibi_slopes(H)) alibi_slopes_.push_back(T(slope));
-  if (ac.xsa == "on") xsa_ones_.assign(H, T(1));
   ensure_positions(m.seq_len);
   if (cfg_.train.precision == "bf16") {
     if (!std::is_same_v<T, float>) fail("train.precision = bf16 needs a float model (this one is double)");
@@ -249,12 +225,7 @@ kernels::LmHeadBf16 GPT<T>::lm_head_half(const Workspace& ws) const {
 
 template <class T>
 void GPT<T>::ensure_positions(int n) {
-  const ModelConfig& m = cfg_.model;
-  if (any_rope_ && n > rope_.max_pos) rope_ = kernels::make_rope_table<T>(n, m.head_dim(), cfg_.attn.rope_base);
-  if (any_goat_ && n > goat_tab_.max_pos) {
-    const GoatConfig& g = cfg_.attn.goat;
-    goat_tab_ = kernels::make_goat_tables<T>(n, g.pos_rank, g.abs_rank, g.pos_base, g.abs_base, g.train_len);
-  }
+  for (auto& mech : mechanisms_) mech->ensure_positions(n);
 }
 
 template <class T>
@@ -269,16 +240,11 @@ void GPT<T>::bind_layers(LayerParams* table, T* base) const {
     p.ln1_w = ptr(b + "ln1.weight"); p.ln1_b = ptr(b + "ln1.bias");
     p.qkv_w = ptr(b + "attn.qkv.weight"); p.qkv_b = ptr(b + "attn.qkv.bias");
     p.proj_w = ptr(b + "attn.proj.weight"); p.proj_b = ptr(b + "attn.proj.bias");
-    p.sink = ptr(b + "attn.sink");
     p.ln2_w = ptr(b + "ln2.weight"); p.ln2_b = ptr(b + "ln2.bias");
     const bool gelu = cfg_.model.mlp == "gelu";
     p.fc_w = ptr(b + (gelu ? "mlp.fc.weight" : "mlp.gate_up.weight"));
     p.fc_b = ptr(b + (gelu ? "mlp.fc.bias" : "mlp.gate_up.bias"));
     p.mlp_proj_w = ptr(b + "mlp.proj.weight"); p.mlp_proj_b = ptr(b + "mlp.proj.bias");
-    p.xsa_gate = ptr(b + "attn.xsa_gate");
-    const std::string g = b + "attn.goat.";
-    p.goat = {ptr(g + "A"), ptr(g + "B"), ptr(g + "W1"), ptr(g + "b1"), ptr(g + "w2"), ptr(g + "b2"),
-              ptr(g + "gain"), ptr(g + "bump"), ptr(g + "rho")};
   }
 }
 
@@ -352,6 +318,11 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
     ws.B = B; ws.seq = seq; ws.half = half;
     if (!ws.residual) ws.residual = residual_->make_state();
     residual_->plan(arena, *ws.residual, N, training);
+    ws.mechanisms.resize(mechanisms_.size());
+    for (size_t k = 0; k < mechanisms_.size(); ++k) {
+      if (!ws.mechanisms[k]) ws.mechanisms[k] = mechanisms_[k]->make_state();
+      if (ws.mechanisms[k]) mechanisms_[k]->plan(arena, *ws.mechanisms[k], N, seq, training);
+    }
     ws.layers.assign(L, {});
     for (auto& l : ws.layers) {
       l.ln1 = half ? nullptr : arena.template take<T>(N * C);  // bf16: only ln1_h
@@ -372,20 +343,6 @@ void GPT<T>::plan_workspace(Arena& arena, Workspace& ws, int B, int seq, bool tr
         l.act_h = arena.template take<bf16>(N * m.mlp_hidden);
       }
     }
-    for (int i = 0; i < (int)L; ++i) {
-      auto& l = ws.layers[i];
-      if (lattn_[i].xsa) {
-        l.xsa_c = arena.template take<T>(N * H);
-        l.xsa_gamma = arena.template take<T>(H);
-      }
-      if (lattn_[i].goat) l.sink_slope = arena.template take<T>(H);
-    }
-    if (any_goat_) {
-      ws.qkvc = arena.template take<T>(N * goat_shape_.compact_dim());
-      ws.goat_u = arena.template take<T>(2 * (size_t)seq);  // forward: u; backward: u and du
-    }
-    ws.dslope = arena.template take<T>(H);
-    ws.dgamma = arena.template take<T>(H);
     ws.lnf = arena.template take<T>(N * C);
     ws.lnf_mean = arena.template take<T>(N);
     ws.lnf_rstd = arena.template take<T>(N);
@@ -490,14 +447,21 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
     // (a.ln1, a.ln2, a.act are then null: nothing else reads them).
     if (ws.half) norm_forward(a.ln1_h, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
     else norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_w, p.ln1_b, N);
-    if (la.goat) {  // compact projection, then the §3.4 lanes packed around it
-      linear_fwd(ws, ws.qkvc, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, p.qkv_b, N, C, la.qkv_cols);
-      kernels::goat_pack_forward(a.qkv, a.sink_slope, ws.goat_u, ws.qkvc, p.goat_params(), goat_tab_, goat_shape_, B, Tq,
-                                 pos_offset);
+    // The projection (or the compact row of the mechanism that owns it, unpacked into the packed
+    // rows), then the mechanisms' transforms of q and k (model/attention/mechanism.h).
+    AttentionPass<T> pass = attention_pass(ws, l, a.qkv, pos_offset);
+    if (la.projection_owner >= 0) {
+      const AttentionMechanism<T>& owner = *mechanisms_[la.projection_owner];
+      pass.state = ws.mechanisms[la.projection_owner].get();
+      linear_fwd(ws, owner.projection_output(*pass.state), a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, p.qkv_b, N, C, la.qkv_cols);
+      owner.unpack_forward(pass);
     } else {
       linear_fwd(ws, a.qkv, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, p.qkv_b, N, C, qkvC);
     }
-    if (la.rope) kernels::rope_forward(a.qkv, rope_, B, Tq, H + Hkv, Dh, qkvC, pos_offset);
+    for (int k : la.mechanisms) {
+      pass.state = ws.mechanisms[k].get();
+      mechanisms_[k]->transform_forward(pass);
+    }
     kernels::AttentionShape s{};
     s.B = B; s.Tq = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC;
@@ -522,16 +486,18 @@ void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool 
       kp = a.qkv + H * Dh; vp = a.qkv + (H + Hkv) * Dh;
       s.Tk = Tq; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC; s.pos_offset = 0;
     }
-    const kernels::AttentionExtras<T> extras = attention_extras(l, a);
-    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, p.sink, attention_scale(l), s, extras);
+    attention_kernel_terms(ws, pass, false);
+    kernels::attention_forward(a.att, a.lse, a.qkv, kp, vp, pass.sink, pass.scale, s, pass.extras);
     if (observer_ && !use_cache) {  // the tracing hook (model/trace.h): views of this layer's buffers
-      const kernels::GoatParams<T> gp = p.goat_params();
       AttentionView<T> v;
       v.layer = l; v.B = B; v.seq = Tq; v.H = H; v.Hkv = Hkv; v.Dh = Dh;
-      v.qkv = a.qkv; v.qkv_stride = qkvC; v.out = a.att; v.lse = a.lse; v.scale = attention_scale(l);
-      v.alibi_slopes = extras.alibi_slopes; v.sink = p.sink; v.sink_slope = la.goat ? a.sink_slope : nullptr;
-      v.xsa_gamma = extras.xsa_gamma; v.xsa_c = extras.xsa_c;
-      if (la.goat) { v.goat_shape = &goat_shape_; v.goat = &gp; v.goat_tables = &goat_tab_; }
+      v.qkv = a.qkv; v.qkv_stride = qkvC; v.out = a.att; v.lse = a.lse; v.scale = pass.scale;
+      v.alibi_slopes = pass.extras.alibi_slopes; v.sink = pass.sink;
+      v.xsa_gamma = pass.extras.xsa_gamma; v.xsa_c = pass.extras.xsa_c;
+      for (int k : la.mechanisms) {
+        pass.state = ws.mechanisms[k].get();
+        mechanisms_[k]->describe(v, pass);
+      }
       observer_->attention(v);
     }
     linear_fwd(ws, R.branch(rs, 2 * l + 1), a.att, a.att_h, p.proj_w, hw.proj_w, p.proj_b, N, H * Dh, C);
@@ -580,20 +546,28 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     s.B = B; s.Tq = Tq; s.Tk = Tq; s.H = H; s.Hkv = Hkv; s.Dh = Dh;
     s.q_stride = qkvC; s.q_batch_stride = (long)Tq * qkvC; s.kv_stride = qkvC; s.kv_batch_stride = (long)Tq * qkvC;
     s.out_stride = H * Dh; s.pos_offset = 0;
+    // The kernel's backward with the mechanisms' terms and gradient slots, then their parameter
+    // gradients, their transforms' backward in reverse order and the projection owner's unpack.
     const LayerAttention& la = lattn_[l];
-    kernels::AttentionExtras<T> x = attention_extras(l, a);
-    if (p.sink && la.goat) std::fill(ws.dslope, ws.dslope + H, T(0)), x.dsink_slope = ws.dslope;
-    if (la.xsa && p.xsa_gate) std::fill(ws.dgamma, ws.dgamma + H, T(0)), x.dxsa_gamma = ws.dgamma;
-    kernels::attention_backward(ws.dqkv, ws.dqkv + H * Dh, ws.dqkv + (H + Hkv) * Dh, g.sink, ws.datt, a.att, a.lse, a.qkv,
-                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, p.sink, attention_scale(l), s, x,
+    AttentionPass<T> pass = attention_pass(ws, l, ws.dqkv, 0);
+    attention_kernel_terms(ws, pass, true);
+    kernels::attention_backward(ws.dqkv, ws.dqkv + H * Dh, ws.dqkv + (H + Hkv) * Dh, pass.dsink, ws.datt, a.att, a.lse, a.qkv,
+                                a.qkv + H * Dh, a.qkv + (H + Hkv) * Dh, pass.sink, pass.scale, s, pass.extras,
                                 ws.attn_scratch, ws.attn_scratch_size);
-    if (x.dxsa_gamma)  // γ = tanh(a): da = (1 − γ²)·dγ (§2.2)
-      for (int h = 0; h < H; ++h) g.xsa_gate[h] += (T(1) - a.xsa_gamma[h] * a.xsa_gamma[h]) * ws.dgamma[h];
-    if (la.rope) kernels::rope_backward(ws.dqkv, rope_, B, Tq, H + Hkv, Dh, qkvC, 0);
-    if (la.goat) {
-      kernels::goat_pack_backward(ws.qkvc, g.goat, ws.goat_u, ws.dqkv, x.dsink_slope, p.goat_params(), goat_tab_, goat_shape_, B,
-                                  Tq, 0);
-      linear_bwd(ws, ws.dln, g.qkv_w, g.qkv_b, ws.qkvc, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, N, C, la.qkv_cols);
+    for (int k : la.mechanisms) {
+      pass.state = ws.mechanisms[k].get();
+      mechanisms_[k]->after_kernel_backward(pass);
+    }
+    for (auto k = la.mechanisms.rbegin(); k != la.mechanisms.rend(); ++k) {
+      pass.state = ws.mechanisms[*k].get();
+      mechanisms_[*k]->transform_backward(pass);
+    }
+    if (la.projection_owner >= 0) {
+      const AttentionMechanism<T>& owner = *mechanisms_[la.projection_owner];
+      pass.state = ws.mechanisms[la.projection_owner].get();
+      owner.unpack_backward(pass);
+      linear_bwd(ws, ws.dln, g.qkv_w, g.qkv_b, owner.projection_output(*pass.state), a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, N, C,
+                 la.qkv_cols);
     } else {
       linear_bwd(ws, ws.dln, g.qkv_w, g.qkv_b, ws.dqkv, a.ln1, a.ln1_h, p.qkv_w, hw.qkv_w, N, C, qkvC);
     }
@@ -605,28 +579,29 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
 }
 
 template <class T>
-T GPT<T>::attention_scale(int l) const {
-  // GOAT layers fold 1/sqrt(D_c) into the packed queries and leave the prior unscaled (§3.4).
-  return lattn_[l].goat ? T(1) : T(1) / std::sqrt(T(cfg_.model.head_dim()));
+AttentionPass<T> GPT<T>::attention_pass(Workspace& ws, int l, T* qkv, int pos_offset) const {
+  const ModelConfig& m = cfg_.model;
+  AttentionPass<T> pass;
+  pass.layer = l; pass.B = ws.B; pass.Tq = ws.seq; pass.pos_offset = pos_offset;
+  pass.H = m.n_head; pass.Hkv = m.kv_heads; pass.Dh = m.head_dim();
+  pass.training = &ws == &ws_;
+  pass.qkv = qkv; pass.qkv_stride = m.qkv_dim();
+  return pass;
 }
 
 template <class T>
-kernels::AttentionExtras<T> GPT<T>::attention_extras(int l, const typename Workspace::Layer& a) const {
-  const LayerAttention& la = lattn_[l];
-  const LayerParams& p = layer_params_[l];
-  kernels::AttentionExtras<T> x;
-  if (la.alibi) x.alibi_slopes = alibi_slopes_.data();
-  if (la.goat && p.sink) x.sink_slope = a.sink_slope;  // the key form's row constant moves the sink too
-  if (la.xsa) {
-    const int H = cfg_.model.n_head;
-    if (p.xsa_gate)
-      for (int h = 0; h < H; ++h) a.xsa_gamma[h] = std::tanh(p.xsa_gate[h]);  // gated: γ = tanh(a)
-    else
-      std::copy(xsa_ones_.begin(), xsa_ones_.end(), a.xsa_gamma);
-    x.xsa_gamma = a.xsa_gamma;
-    x.xsa_c = a.xsa_c;
+void GPT<T>::attention_kernel_terms(Workspace& ws, AttentionPass<T>& pass, bool backward) const {
+  const int l = pass.layer;
+  pass.scale = T(1) / std::sqrt(T(cfg_.model.head_dim()));
+  for (int k : lattn_[l].mechanisms) {
+    pass.state = ws.mechanisms[k].get();
+    mechanisms_[k]->kernel_terms(pass);
   }
-  return x;
+  if (backward)
+    for (int k : lattn_[l].mechanisms) {
+      pass.state = ws.mechanisms[k].get();
+      mechanisms_[k]->kernel_gradient_slots(pass);
+    }
 }
 
 template <class T>

@@ -13,8 +13,7 @@
 #include "core/bf16.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/goat.h"
-#include "kernels/rope.h"
+#include "model/attention/mechanism.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/residual/residual.h"
@@ -114,18 +113,14 @@ class GPT {
  private:
   struct LayerParams {
     T *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr, *proj_b = nullptr;
-    T *sink = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *mlp_proj_w = nullptr,
-      *mlp_proj_b = nullptr;
-    T* xsa_gate = nullptr;  // [H] gated XSA's raw a (§2.1)
-    kernels::GoatGrads<T> goat;  // GOAT parameters (§3.3; the struct is only a bundle of pointers)
-    kernels::GoatParams<T> goat_params() const {
-      return {goat.A, goat.B, goat.W1, goat.b1, goat.w2, goat.b2, goat.gain, goat.bump, goat.rho};
-    }
+    T *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr, *mlp_proj_w = nullptr, *mlp_proj_b = nullptr;
   };
-  // How layer l's attention computes its logits (from attn.pos, attn.goat.layers, attn.xsa.layers).
+  // The attention mechanisms (model/attention/) acting on layer l, in hook order, and the one that
+  // owns its qkv projection, if any.
   struct LayerAttention {
-    bool rope = false, alibi = false, goat = false, xsa = false;
-    int qkv_cols = 0;  // columns of the qkv projection: packed (H+2Hkv)·Dh, or GOAT's compact row
+    std::vector<int> mechanisms;  // indices into mechanisms_
+    int projection_owner = -1;    // index into mechanisms_, or -1: the projection writes the packed rows
+    int qkv_cols = 0;             // columns of the qkv projection: packed (H+2Hkv)·Dh, or the owner's
   };
   // train.precision = bf16 (float models only): bf16 copies of the matrices the linear layers and
   // the tied LM head multiply by, rewritten from the float weights at the start of every forward of
@@ -139,12 +134,10 @@ class GPT {
     bool half = false;  // the linear layers and LM head run on bf16 operands (training workspace, bf16)
     bool half_weights = false;  // few-row products read the bf16 weight copies (inference, round_weights_to_bf16)
     std::unique_ptr<ResidualState> residual;  // the residual kind's states and gradients (residual.h)
+    std::vector<std::unique_ptr<MechanismState>> mechanisms;  // per attention mechanism (mechanism.h), or null
     struct Layer {
       T *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
       T *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr, *fc = nullptr, *act = nullptr;
-      T* xsa_c = nullptr;       // XSA: c = y·v̂ per (b, h, i), saved by the attention forward
-      T* xsa_gamma = nullptr;   // XSA: γ per head for this pass ([H])
-      T* sink_slope = nullptr;  // GOAT: softplus(ρ_κ(h)) per head, the sink's row slope ([H])
       // bf16: the linear layers' inputs rounded, kept from the forward for the dW products
       bf16 *ln1_h = nullptr, *att_h = nullptr, *ln2_h = nullptr, *act_h = nullptr;
     };
@@ -152,8 +145,6 @@ class GPT {
     T *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
     // backward scratch (training only)
     T *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dfc = nullptr, *dact = nullptr;
-    T* qkvc = nullptr;  // GOAT: the compact projection before packing (forward) / its gradient (backward)
-    T *goat_u = nullptr, *dslope = nullptr, *dgamma = nullptr;  // [2·seq], [H], [H] scratch
     T* ce_scratch = nullptr;
     int ce_chunk = 0;
     T* attn_scratch = nullptr;  // the attention backward's partial dK, dV when B·Hkv is small
@@ -176,10 +167,11 @@ class GPT {
   GPT(const Config& cfg, LayoutOnly);  // builds reg_ (and what it needs) and allocates nothing
   void forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool use_cache);
   void backward(Workspace& ws, const int32_t* inputs);
-  T attention_scale(int l) const;
-  // The attention kernel's optional terms for layer l (ALiBi, GOAT's sink slope, XSA with γ written
-  // into a.xsa_gamma for this pass).
-  kernels::AttentionExtras<T> attention_extras(int l, const typename Workspace::Layer& a) const;
+  // Layer l's attention pass over the workspace's rows (qkv: the packed rows, or their gradient).
+  AttentionPass<T> attention_pass(Workspace& ws, int l, T* qkv, int pos_offset) const;
+  // The kernel's sink, scale and extra terms from layer l's mechanisms (and, for the backward, their
+  // gradient slots), into pass.
+  void attention_kernel_terms(Workspace& ws, AttentionPass<T>& pass, bool backward) const;
   template <class Out>  // T, or bf16 (the bf16 input of the next linear layer)
   void norm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const;
   // The MLP's activation of fc into act, or with ws.half into act_h (act is then null).
@@ -199,15 +191,10 @@ class GPT {
   bf16* half_wte_ = nullptr;
   T *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   T *dwte_ = nullptr, *dwpe_ = nullptr, *dlnf_w_ = nullptr, *dlnf_b_ = nullptr;
-  kernels::RopeTable<T> rope_;
-  std::vector<T> alibi_slopes_;  // [H] when a layer uses ALiBi (§1.2), empty otherwise
+  std::vector<std::unique_ptr<AttentionMechanism<T>>> mechanisms_;  // those acting on some layer, in hook order
   std::vector<LayerAttention> lattn_;
-  kernels::GoatShape goat_shape_{};
-  kernels::GoatTables<T> goat_tab_;  // §3.2 constants, for positions < max(seq_len, cache capacity)
-  std::vector<T> xsa_ones_;          // γ = 1 for attn.xsa = on
   int max_qkv_cols_ = 0;
-  bool any_rope_ = false, any_goat_ = false;
-  void ensure_positions(int n);      // RoPE and GOAT tables cover positions < n
+  void ensure_positions(int n);      // the mechanisms' tables (RoPE, GOAT) cover positions < n
 
   int B_ = 0, T_ = 0;
   Arena arena_;
