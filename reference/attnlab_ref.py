@@ -72,6 +72,7 @@ _SUPPORTED = {
     "attn.pos": ("none", "learned", "rope", "alibi", "goat"),
     "attn.sink": ("none", "learned"),
     "attn.xsa": ("off", "on", "gated"),
+    "attn.qk_norm": ("off", "on"),
     "residual.kind": residual_ref.KINDS,
 }
 _DEFAULTS = {
@@ -84,6 +85,7 @@ _DEFAULTS = {
     "attn.rope.base": 10000.0,
     "attn.sink": "none",
     "attn.xsa": "off",
+    "attn.qk_norm": "off",
     "residual.kind": "standard",
 }
 # Defaults of the keys that exist only when their mechanism is on (docs/mechanisms.md §2.5, §3.9); set
@@ -215,6 +217,9 @@ def _resolve_attention(cfg: Dict) -> None:
         uses_rope = cfg["attn.goat.other_pos"] == "rope" and len(goat_layers) < L
     if uses_rope and head_dim % 2 != 0:
         raise ReferenceError(f"attn.pos = rope needs an even head dim, got {head_dim}")
+    if cfg["attn.qk_norm"] == "on" and all(layer_attention(cfg, i)[0] == "goat" for i in range(L)):
+        raise ReferenceError("attn.qk_norm = on has no effect because every layer is a GOAT layer "
+                             "(docs/mechanisms.md §1.8)")
 
 
 def layer_attention(cfg: Dict, layer: int) -> Tuple[str, str]:
@@ -468,6 +473,11 @@ class Attention(nn.Module):
         # XSA gate a (γ = tanh(a)): zero-init, so a gated layer starts as "off" (§2.1).
         self.xsa_gate = nn.Parameter(torch.zeros(H)) if self.xsa == "gated" else None
         self.goat = GoatPrior(cfg) if self.pos == "goat" else None
+        # QK-norm (§1.8): RMSNorm of each q and k head with a gain shared by the heads, before
+        # RoPE; not on GOAT layers, whose q/k carry the prior's lanes.
+        qk_norm = cfg["attn.qk_norm"] == "on" and self.pos != "goat"
+        self.q_norm = Norm(self.head_dim, "rmsnorm", False) if qk_norm else None
+        self.k_norm = Norm(self.head_dim, "rmsnorm", False) if qk_norm else None
         # "manual" (any torch), "sdpa" (torch 2.x, no sink) or "auto" (sdpa when possible).
         self.impl = "manual"
 
@@ -500,6 +510,8 @@ class Attention(nn.Module):
         q = q.view(B, T, H, Dq).transpose(1, 2)  # [B, H, T, Dq]
         k = k.view(B, T, Hkv, Dq).transpose(1, 2)  # [B, Hkv, T, Dq]
         v = v.view(B, T, Hkv, Dh).transpose(1, 2)  # [B, Hkv, T, Dh]
+        if self.q_norm is not None:  # §1.8: normalize, then rotate
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.pos == "rope":  # on q and k, never on v
             cos, sin = rope_tables(T, Dh, self.rope_base, dtype=u.dtype, device=u.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -624,7 +636,7 @@ class AttnlabGPT(nn.Module):
                     continue  # the residual kind's own init (§4.3, §5.2, §5.3), below
                 if name.endswith(".bias") or name.endswith(".sink"):
                     p.zero_()
-                elif ".ln" in name or name.startswith("ln_f"):
+                elif ".ln" in name or name.startswith("ln_f") or name.endswith("_norm.weight"):
                     p.fill_(1.0)
                 else:
                     std = resid_std if name.endswith("proj.weight") else 0.02

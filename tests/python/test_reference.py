@@ -114,6 +114,12 @@ CASES = [
     ("swiglu-nobias-goat-nokeybias-layer1-other-rope",
      {"model.mlp": "swiglu", "model.bias": False, "attn.pos": "goat", "attn.goat.key_bias": False,
       "attn.goat.pos_rank": 3, "attn.goat.pos_base": 100.0, "attn.goat.layers": [1]}, 16, 2),
+    # QK-norm (docs/mechanisms.md §1.8): before RoPE, with GQA and XSA; on the non-GOAT layer only
+    ("qknorm-rope-gqa2-xsa-gated", {"attn.pos": "rope", "attn.qk_norm": "on", "model.kv_heads": 2,
+                                    "attn.xsa": "gated"}, 16, 2),
+    ("qknorm-goat-layer0-other-alibi-sink", {"attn.pos": "goat", "attn.goat.layers": [0],
+                                             "attn.goat.other_pos": "alibi", "attn.qk_norm": "on",
+                                             "attn.sink": "learned"}, 16, 2),
     # residual kinds (docs/mechanisms.md §4, §5; reference/residual_ref.py)
     ("attnres-full", {"attn.pos": "rope", "residual.kind": "attnres"}, 16, 2),
     ("attnres-block2-rmsnorm-swiglu",
