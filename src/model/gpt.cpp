@@ -45,10 +45,13 @@ GPT<T>::GPT(const Config& cfg, LayoutOnly) : cfg_(cfg), residual_(make_residual<
   const ModelConfig& m = cfg_.model;
   const int C = m.d_model, L = m.n_layer, V = m.vocab_size, H = m.n_head, Dh = m.head_dim();
   const double std0 = 0.02, std_out = 0.02 / std::sqrt(2.0 * L);
-  const bool layernorm = m.norm == "layernorm";
-  const bool gelu = m.mlp == "gelu";
+  // The kinds, resolved once: hot code tests these, never the configuration's strings.
+  layernorm_ = m.norm == "layernorm";
+  gelu_ = m.mlp == "gelu";
+  learned_positions_ = cfg_.attn.pos == "learned";
+  const bool layernorm = layernorm_, gelu = gelu_;
   reg_.add("wte", {V, C}, Init::Normal, std0, true);
-  if (cfg_.attn.pos == "learned") reg_.add("wpe", {m.seq_len, C}, Init::Normal, std0, true);
+  if (learned_positions_) reg_.add("wpe", {m.seq_len, C}, Init::Normal, std0, true);
   auto add_norm = [&](const std::string& p) {
     reg_.add(p + ".weight", {C}, Init::One, 0, false);
     if (layernorm && m.bias) reg_.add(p + ".bias", {C}, Init::Zero, 0, false);
@@ -147,7 +150,7 @@ void GPT<T>::allocate_half_weights() {
 template <class T>
 std::array<size_t, 4> GPT<T>::half_sizes(int l) const {
   const ModelConfig& m = cfg_.model;
-  const size_t C = m.d_model, hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
+  const size_t C = m.d_model, hidden = m.mlp_hidden, fc_cols = gelu_ ? hidden : 2 * hidden;
   return {C * lattn_[l].qkv_cols, (size_t)m.n_head * m.head_dim() * C, C * fc_cols, hidden * C};
 }
 
@@ -376,7 +379,7 @@ void GPT<T>::plan(int B, int seq) {
   if (B < 1 || seq < 1) fail("micro-batch shape must be positive, got B=", B, " T=", seq);
   if (seq > cfg_.model.seq_len) {
     // Longer than training (length extrapolation, §8.6): fine for every scheme but learned positions.
-    if (cfg_.attn.pos == "learned")
+    if (learned_positions_)
       fail("sequence length ", seq, " exceeds model.seq_len = ", cfg_.model.seq_len, ": learned positions are undefined there (N/A)");
   }
   ensure_positions(seq);
@@ -396,14 +399,14 @@ void GPT<T>::plan_count_only(int B, int seq) {
 template <class T>
 template <class Out>
 void GPT<T>::norm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N) const {
-  if (cfg_.model.norm == "layernorm") kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.model.d_model);
+  if (layernorm_) kernels::layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.model.d_model);
   else kernels::rmsnorm_forward(out, rstd, inp, w, N, cfg_.model.d_model);
 }
 
 template <class T>
 void GPT<T>::mlp_activation(const Workspace& ws, T* act, bf16* act_h, const T* fc, int N) const {
   const int hidden = cfg_.model.mlp_hidden;
-  const bool gelu = cfg_.model.mlp == "gelu";
+  const bool gelu = gelu_;
   if constexpr (std::is_same_v<T, float>) {
     if (ws.half) {
       if (gelu) kernels::gelu_forward(act_h, fc, (size_t)N * hidden);
@@ -418,7 +421,7 @@ void GPT<T>::mlp_activation(const Workspace& ws, T* act, bf16* act_h, const T* f
 template <class T>
 void GPT<T>::norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd,
                            int N) const {
-  if (cfg_.model.norm == "layernorm") kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.model.d_model);
+  if (layernorm_) kernels::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.model.d_model);
   else kernels::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.model.d_model);
 }
 
@@ -426,11 +429,11 @@ template <class T>
 void GPT<T>::forward(Workspace& ws, const int32_t* inputs, int pos_offset, bool use_cache) {
   const ModelConfig& m = cfg_.model;
   const int B = ws.B, Tq = ws.seq, N = B * Tq, C = m.d_model, H = m.n_head, Hkv = m.kv_heads, Dh = m.head_dim();
-  const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
+  const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = gelu_ ? hidden : 2 * hidden;
   const int V = m.vocab_size;
   for (int i = 0; i < N; ++i)
     if (inputs[i] < 0 || inputs[i] >= V) fail("token id ", inputs[i], " at position ", i, " is outside the vocabulary [0, ", V, ")");
-  if (cfg_.attn.pos == "learned" && pos_offset + Tq > m.seq_len)
+  if (learned_positions_ && pos_offset + Tq > m.seq_len)
     fail("learned positions are undefined beyond model.seq_len = ", m.seq_len, " (asked for position ", pos_offset + Tq - 1, ")");
   const Residual<T>& R = *residual_;
   ResidualState& rs = *ws.residual;
@@ -520,7 +523,7 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
   // On entry ws.dln holds dLoss/d(ln_f output), written by the fused LM head.
   const ModelConfig& m = cfg_.model;
   const int B = ws.B, Tq = ws.seq, N = B * Tq, C = m.d_model, H = m.n_head, Hkv = m.kv_heads, Dh = m.head_dim();
-  const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = m.mlp == "gelu" ? hidden : 2 * hidden;
+  const int qkvC = m.qkv_dim(), hidden = m.mlp_hidden, fc_cols = gelu_ ? hidden : 2 * hidden;
   const Residual<T>& R = *residual_;
   ResidualState& rs = *ws.residual;
   norm_backward(R.read_out_grad(rs, N), dlnf_w_, dlnf_b_, ws.dln, R.final_input(rs), lnf_w_, ws.lnf_mean, ws.lnf_rstd, N);
@@ -533,7 +536,7 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     // MLP sublayer 2l+2: o = proj(act(fc(ln2(h)))); the residual hands out do and the dh accumulator.
     linear_bwd(ws, ws.dact, g.mlp_proj_w, g.mlp_proj_b, R.branch_grad(rs, 2 * l + 2, N), a.act, a.act_h, p.mlp_proj_w,
                hw.mlp_proj_w, N, hidden, C);
-    if (m.mlp == "gelu") kernels::gelu_backward(ws.dfc, ws.dact, a.fc, (size_t)N * hidden);
+    if (gelu_) kernels::gelu_backward(ws.dfc, ws.dact, a.fc, (size_t)N * hidden);
     else kernels::swiglu_backward(ws.dfc, ws.dact, a.fc, N, hidden);
     linear_bwd(ws, ws.dln, g.fc_w, g.fc_b, ws.dfc, a.ln2, a.ln2_h, p.fc_w, hw.fc_w, N, C, fc_cols);
     norm_backward(R.input_grad(rs, 2 * l + 2, N), g.ln2_w, g.ln2_b, ws.dln, R.input(rs, 2 * l + 2), p.ln2_w, a.ln2_mean,

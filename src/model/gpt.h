@@ -179,6 +179,7 @@ class GPT {
   void norm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean, const T* rstd, int N) const;
 
   Config cfg_;
+  bool layernorm_ = true, gelu_ = true, learned_positions_ = false;  // model.norm, model.mlp, attn.pos = learned
   ForwardObserver<T>* observer_ = nullptr;
   std::unique_ptr<Residual<T>> residual_;  // residual.kind: where each sublayer reads and writes
   ParamRegistry reg_;
