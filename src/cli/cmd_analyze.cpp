@@ -39,9 +39,8 @@ void run_analyze(const AnalyzeArgs& a) {
   // §8: validation windows of the training length with a fixed seed; §8.5's corrupting windows by a
   // second seeded draw (the pairing is by index).
   const auto seqs = draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed);
-  const std::string& kind = cfg.residual.kind;
-  const auto corrupt = kind == "dar" || kind == "hyper" || kind == "mhc" ? draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed + 1)
-                                                  : std::vector<int32_t>{};
+  const auto corrupt = residual_patchable_streams(cfg) > 0 ? draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed + 1)
+                                                         : std::vector<int32_t>{};
   AnalyzeOptions opt;
   opt.batch = a.batch_size;
   opt.cka_tokens = a.cka_tokens;

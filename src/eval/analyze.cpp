@@ -123,7 +123,8 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
  public:
   Analyzer(const Config& cfg, int B, int seq, const std::vector<char>& sampled, const AnalyzeOptions& opt)
       : cfg_(cfg), L_(cfg.model.n_layer), H_(cfg.model.n_head), S_(2 * cfg.model.n_layer), B_(B), T_(seq), opt_(opt),
-        sampled_(sampled) {
+        sampled_(sampled), depth_streams_(residual_kind(cfg.residual.kind).depth_streams(cfg)),
+        parallel_streams_(residual_kind(cfg.residual.kind).parallel_streams(cfg)) {
     att_.assign((size_t)L_ * H_, {});
     for (int l = 0; l < L_; ++l)
       if (cfg.attn.goat_at(l)) goat_layer_ = l;  // §8.2: content against sink on the last GOAT layer
@@ -308,7 +309,7 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
 
   // ---------------- §8.4 signals ----------------
   void history_entry(int r, int stream, const T* x, int N, int C) override {
-    signal(cfg_.residual.kind == "dar" ? sig(stream == 0 ? "H0" : "H1", r) : sig("H", r), x, N, C, 1, 0);
+    signal(depth_streams_ == 2 ? sig(stream == 0 ? "H0" : "H1", r) : sig("H", r), x, N, C, 1, 0);
   }
   void stream_read(int q, int j, const T* R, int N, int C) override {
     if (capture_reads) {
@@ -356,15 +357,14 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
     auto add = [&](const std::string& a, const std::string& b) {
       if (signals_.count(a) && signals_.count(b)) pairs_.push_back({a, b, {}});
     };
-    const std::string& kind = cfg_.residual.kind;
     const int M = n_entries();
-    if (kind == "dar") {
+    if (depth_streams_ == 2) {  // DAR
       for (int r = 0; r < M; ++r) add(sig("H0", r), sig("H1", r));
       for (int s = 0; s < 2; ++s)
         for (int r = 0; r < M; ++r)
           for (int r2 = r + 1; r2 < M; ++r2) add(sig(s == 0 ? "H0" : "H1", r), sig(s == 0 ? "H0" : "H1", r2));
       for (int q = 1; q <= S_ + 1; ++q) add(sig("R0", q), sig("R1", q));
-    } else if (kind == "attnres") {
+    } else if (depth_streams_ == 1) {  // AttnRes
       for (int r = 0; r < M; ++r)
         for (int r2 = r + 1; r2 < M; ++r2) add(sig("H", r), sig("H", r2));
     } else {
@@ -375,7 +375,7 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
     }
   }
   int n_entries() const {
-    if (cfg_.residual.kind != "dar" && cfg_.residual.kind != "attnres") return 0;
+    if (depth_streams_ == 0) return 0;
     const int K = cfg_.residual.block_size;
     return 1 + (S_ + K - 1) / K;
   }
@@ -425,13 +425,13 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
 
   json depth_json() const {
     const std::string& kind = cfg_.residual.kind;
-    if (kind != "attnres" && kind != "dar") return nullptr;
+    if (depth_streams_ == 0) return nullptr;
     const int M = n_entries();
     json columns = json::array();
     for (int r = 0; r < M; ++r) columns.push_back(r == 0 ? std::string("e") : spaced("entry", r));
     columns.push_back("partial");
     json streams = json::array();
-    for (int s = 0; s < (kind == "dar" ? 2 : 1); ++s) {
+    for (int s = 0; s < depth_streams_; ++s) {
       json rows = json::array();
       for (int q = 1; q <= S_ + 1; ++q) {
         auto it = depth_.find({s, q});
@@ -456,7 +456,7 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
 
   json streams_json() const {
     const std::string& kind = cfg_.residual.kind;
-    if (kind != "hyper" && kind != "mhc") return nullptr;
+    if (parallel_streams_ == 0) return nullptr;
     const int n = n_streams_;
     json subs = json::array(), depth = json::array();
     double final_mean = NAN, final_max = NAN;
@@ -482,7 +482,6 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
 
   json cka_json() const {
     if (signals_.empty()) return nullptr;
-    const std::string& kind = cfg_.residual.kind;
     json out{{"tokens", n_sampled_}};
     const int M = n_entries();
     auto within = [&](const char* prefix) {
@@ -494,14 +493,14 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
       }
       return m;
     };
-    if (kind == "dar") {
+    if (depth_streams_ == 2) {  // DAR
       std::vector<double> across(M), reads(S_ + 1);
       for (int r = 0; r < M; ++r) across[r] = cka(sig("H0", r), sig("H1", r));
       for (int q = 1; q <= S_ + 1; ++q) reads[q - 1] = cka(sig("R0", q), sig("R1", q));
       out["entries_across_streams"] = nums(across);
       out["reads_across_streams"] = nums(reads);
       out["within_stream"] = json::array({within("H0"), within("H1")});
-    } else if (kind == "attnres") {
+    } else if (depth_streams_ == 1) {  // AttnRes
       out["within_stream"] = json::array({within("H")});
     } else {
       json states = json::array();
@@ -537,6 +536,7 @@ class Analyzer final : public ForwardObserver<T>, public ResidualInspector<T> {
   std::map<int, MapRow> maps_;
   std::vector<double> prod_;
   int n_streams_ = 0;
+  const int depth_streams_, parallel_streams_;  // of the residual kind (model/residual/residual.h)
   const T* last_X_ = nullptr;  // the streams shown last (X_{l−1} when stream_maps(l) comes)
   int last_C_ = 0;
   std::map<std::string, Signal> signals_;
@@ -712,7 +712,8 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
   Analyzer<T> an(cfg, B, seq_len, sampled, opt);
   // §8.5: DAR's two streams; HC/mHC's n streams (the patched quantity is a stream's share of each read).
   const std::string& kind = cfg.residual.kind;
-  const int n_st = kind == "dar" ? 2 : (kind == "hyper" || kind == "mhc") ? cfg.residual.streams : 0;
+  const int n_st = residual_patchable_streams(cfg);
+  const bool dar_streams = residual_kind(kind).depth_streams(cfg) == 2;
   const bool rescue = n_st > 0 && !corrupt.empty();
   std::vector<double> l_clean(n_seq), l_corr(n_seq);
   std::vector<std::vector<double>> l_patch(rescue ? n_st : 0, std::vector<double>(n_seq));
@@ -841,7 +842,7 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
     for (int k = 0; k < n_st; ++k) lp.push_back(v[2 + k]), g.push_back(v[2 + n_st + k]);
     dst["L_patch"] = lp;
     dst["RG_when_patched"] = g;
-    dst["RG"] = kind == "dar" ? json::array({g[1], g[0]}) : json(nullptr);  // RG_j: stream j survives
+    dst["RG"] = dar_streams ? json::array({g[1], g[0]}) : json(nullptr);  // RG_j: stream j survives
   };
   const std::vector<json> st = with_se(l_patch);
   json rescue_json{{"kind", kind}, {"streams", n_st}, {"sequences", n_seq}, {"bootstrap", opt.bootstrap}, {"L_clean", st[0]},

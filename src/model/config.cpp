@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/attention/mechanism.h"
+#include "model/residual/residual.h"
 
 namespace attnlab {
 namespace {
@@ -195,7 +196,9 @@ std::vector<KeyDef> make_keys() {
              no_goat);
 
   // Residual kinds (§7.2).
-  add_choice("residual.kind", [](Config& c) -> std::string& { return c.residual.kind; }, {"standard", "attnres", "hyper", "mhc", "dar"});
+  std::vector<std::string> residual_kind_names;  // the registered kinds (model/residual/residual.h)
+  for (const ResidualKindInfo& kind : residual_kinds()) residual_kind_names.push_back(kind.name);
+  add_choice("residual.kind", [](Config& c) -> std::string& { return c.residual.kind; }, residual_kind_names);
   add_int("residual.block_size", [](Config& c) -> int& { return c.residual.block_size; }, 1, 1 << 20,
           [](const Config& c) { return c.residual.blocks_kind(); }, "residual.kind is neither attnres nor dar");
   add_int("residual.streams", [](Config& c) -> int& { return c.residual.streams; }, 2, 16,

@@ -191,11 +191,11 @@ class AttnRes final : public Residual<T> {
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<Residual<T>> make_attnres_residual(const Config& cfg) {
-  return std::make_unique<AttnRes<T>>(cfg);
+ATTNLAB_RESIDUAL_KIND(attnres) {
+  ResidualKindInfo info("attnres", 20, "4");
+  info.depth_streams = [](const Config&) { return 1; };
+  set_residual_constructors<AttnRes>(info);
+  return info;
 }
-template std::unique_ptr<Residual<float>> make_attnres_residual<float>(const Config&);
-template std::unique_ptr<Residual<double>> make_attnres_residual<double>(const Config&);
 
 }  // namespace attnlab

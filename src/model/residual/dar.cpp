@@ -888,12 +888,11 @@ class DarResidual final : public Residual<T> {
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<Residual<T>> make_dar_residual(const Config& cfg) {
-  return std::make_unique<DarResidual<T>>(cfg);
+ATTNLAB_RESIDUAL_KIND(dar) {
+  ResidualKindInfo info("dar", 50, "6");
+  info.depth_streams = [](const Config&) { return 2; };
+  set_residual_constructors<DarResidual>(info);
+  return info;
 }
-
-template std::unique_ptr<Residual<float>> make_dar_residual<float>(const Config&);
-template std::unique_ptr<Residual<double>> make_dar_residual<double>(const Config&);
 
 }  // namespace attnlab

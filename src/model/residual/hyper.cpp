@@ -330,11 +330,11 @@ class Hyper final : public Residual<T> {
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<Residual<T>> make_hyper_residual(const Config& cfg) {
-  return std::make_unique<Hyper<T>>(cfg);
+ATTNLAB_RESIDUAL_KIND(hyper) {
+  ResidualKindInfo info("hyper", 30, "5.2");
+  info.parallel_streams = [](const Config& c) { return c.residual.streams; };
+  set_residual_constructors<Hyper>(info);
+  return info;
 }
-template std::unique_ptr<Residual<float>> make_hyper_residual<float>(const Config&);
-template std::unique_ptr<Residual<double>> make_hyper_residual<double>(const Config&);
 
 }  // namespace attnlab

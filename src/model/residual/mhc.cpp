@@ -437,11 +437,11 @@ class Mhc final : public Residual<T> {
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<Residual<T>> make_mhc_residual(const Config& cfg) {
-  return std::make_unique<Mhc<T>>(cfg);
+ATTNLAB_RESIDUAL_KIND(mhc) {
+  ResidualKindInfo info("mhc", 40, "5.3");
+  info.parallel_streams = [](const Config& c) { return c.residual.streams; };
+  set_residual_constructors<Mhc>(info);
+  return info;
 }
-template std::unique_ptr<Residual<float>> make_mhc_residual<float>(const Config&);
-template std::unique_ptr<Residual<double>> make_mhc_residual<double>(const Config&);
 
 }  // namespace attnlab

@@ -31,8 +31,11 @@
 // names `residual.{l}.<name>` (l = 1..2L) and `residual.final.<name>`, none weight-decayed (§0).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/arena.h"
 #include "core/error.h"
@@ -97,16 +100,46 @@ class Residual {
   }
 };
 
+// One registered residual kind (docs/extending.md): a kind is one file in this folder that ends with
+//   ATTNLAB_RESIDUAL_KIND(file_name) { ResidualKindInfo info("<name>", order, "§"); ...; return info; }
+// The build lists the folder's files that register a kind and calls each registration, so no other
+// file names the kind; `residual.kind` accepts the registered names.
+struct ResidualKindInfo {
+  ResidualKindInfo(std::string name_, int order_, std::string section_)
+      : name(std::move(name_)), order(order_), section(std::move(section_)) {}
+  std::string name;
+  int order = 0;          // the order of residual.kind's choices in messages
+  std::string section;    // docs/mechanisms.md §
+  // What the diagnostics need to know of the kind's structure (analyze, docs/mechanisms.md §8.3–§8.5):
+  // the depth histories it keeps and reads by attention over depth (AttnRes 1, DAR 2), and its
+  // parallel streams mixed by maps (HC, mHC: residual.streams). 0 when it has none.
+  std::function<int(const Config&)> depth_streams = [](const Config&) { return 0; };
+  std::function<int(const Config&)> parallel_streams = [](const Config&) { return 0; };
+  std::function<std::unique_ptr<Residual<float>>(const Config&)> make_float;
+  std::function<std::unique_ptr<Residual<double>>(const Config&)> make_double;
+};
+
+// Every registered kind, in `order`.
+const std::vector<ResidualKindInfo>& residual_kinds();
+// The kind named `name`; fails naming the registered kinds.
+const ResidualKindInfo& residual_kind(const std::string& name);
 // The residual kind of `cfg.residual.kind`.
 template <class T>
 std::unique_ptr<Residual<T>> make_residual(const Config& cfg);
+// Streams a kind's diagnostics may patch (§8.5's rescue gain): DAR's two, HC/mHC's n, else 0.
+inline int residual_patchable_streams(const Config& cfg) {
+  const ResidualKindInfo& k = residual_kind(cfg.residual.kind);
+  return k.depth_streams(cfg) == 2 ? 2 : k.parallel_streams(cfg);
+}
 
-// One constructor per kind (one file each).
-template <class T> std::unique_ptr<Residual<T>> make_standard_residual(const Config& cfg);
-template <class T> std::unique_ptr<Residual<T>> make_attnres_residual(const Config& cfg);
-template <class T> std::unique_ptr<Residual<T>> make_hyper_residual(const Config& cfg);
-template <class T> std::unique_ptr<Residual<T>> make_mhc_residual(const Config& cfg);
-template <class T> std::unique_ptr<Residual<T>> make_dar_residual(const Config& cfg);
+#define ATTNLAB_RESIDUAL_KIND(file_name) ::attnlab::ResidualKindInfo attnlab_residual_kind_##file_name()
+
+// Both constructors of a kind class template K<T> whose constructor takes (const Config&).
+template <template <class> class K>
+void set_residual_constructors(ResidualKindInfo& info) {
+  info.make_float = [](const Config& c) -> std::unique_ptr<Residual<float>> { return std::make_unique<K<float>>(c); };
+  info.make_double = [](const Config& c) -> std::unique_ptr<Residual<double>> { return std::make_unique<K<double>>(c); };
+}
 
 // Parameter name of sublayer l's tensor (`residual.{l}.name`) and of the read-out's.
 inline std::string residual_param(int l, const std::string& name) { return "residual." + std::to_string(l) + "." + name; }

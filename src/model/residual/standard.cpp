@@ -71,23 +71,10 @@ class StandardResidual final : public Residual<T> {
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<Residual<T>> make_standard_residual(const Config& cfg) {
-  return std::make_unique<StandardResidual<T>>(cfg);
+ATTNLAB_RESIDUAL_KIND(standard) {
+  ResidualKindInfo info("standard", 10, "1.1");
+  set_residual_constructors<StandardResidual>(info);
+  return info;
 }
-
-template <class T>
-std::unique_ptr<Residual<T>> make_residual(const Config& cfg) {
-  const std::string& kind = cfg.residual.kind;
-  if (kind == "standard") return make_standard_residual<T>(cfg);
-  if (kind == "attnres") return make_attnres_residual<T>(cfg);
-  if (kind == "hyper") return make_hyper_residual<T>(cfg);
-  if (kind == "mhc") return make_mhc_residual<T>(cfg);
-  if (kind == "dar") return make_dar_residual<T>(cfg);
-  fail("residual.kind = ", kind, " is not implemented in this build");
-}
-
-template std::unique_ptr<Residual<float>> make_residual<float>(const Config&);
-template std::unique_ptr<Residual<double>> make_residual<double>(const Config&);
 
 }  // namespace attnlab
