@@ -3,13 +3,14 @@
 // values (model/config_values.h) — the grid and the configs read values through one parser.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "eval/compare.h"
 #include "model/config_values.h"
+#include "source_dir.h"
 
 using namespace attnlab;
+using attnlab::test::source_dir;
 
 namespace {
 
@@ -20,12 +21,6 @@ std::string error_of(const std::string& text) {
     return e.what();
   }
   return "";
-}
-
-std::string source_dir() {
-  if (const char* s = std::getenv("ATTNLAB_SOURCE_DIR")) return s;
-  std::string f = __FILE__;
-  return f.substr(0, f.rfind("/tests/"));
 }
 
 }  // namespace

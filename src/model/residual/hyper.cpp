@@ -68,36 +68,7 @@ class Hyper final : public streams::StreamsResidual<T, HyperState<T>> {
   void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
     auto& s = st(rs);
     const size_t before = arena.planned(), nd = (size_t)n_ * C_;
-    s.e = arena.template take<T>(rows * C_);
-    s.X.assign(L2_ + 1, nullptr);
-    s.rstd.assign(L2_ + 1, nullptr);
-    s.pre.assign(L2_ + 1, nullptr);
-    s.tau.assign(L2_ + 1, nullptr);
-    s.h.assign(L2_ + 1, nullptr);
-    s.o.assign(L2_ + 1, nullptr);
-    // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
-    T* alt[2] = {nullptr, nullptr};
-    T *rstd = nullptr, *pre = nullptr, *tau = nullptr, *h = nullptr, *o = nullptr;
-    if (!training) {
-      alt[0] = arena.template take<T>(rows * nd);
-      alt[1] = arena.template take<T>(rows * nd);
-      rstd = arena.template take<T>(rows * n_);
-      pre = arena.template take<T>(rows * n_ * P_);
-      tau = arena.template take<T>(rows * n_ * P_);
-      h = arena.template take<T>(rows * C_);
-      o = arena.template take<T>(rows * C_);
-    }
-    for (int l = 0; l <= L2_; ++l) {
-      s.X[l] = training ? arena.template take<T>(rows * nd) : alt[l % 2];
-      if (l == 0) continue;
-      s.rstd[l] = training ? arena.template take<T>(rows * n_) : rstd;
-      s.pre[l] = training ? arena.template take<T>(rows * n_ * P_) : pre;
-      s.tau[l] = training ? arena.template take<T>(rows * n_ * P_) : tau;
-      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
-      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
-    }
-    s.final_out = arena.template take<T>(rows * C_);
-    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
+    this->plan_states(arena, s, rows, training, n_, (size_t)n_ * P_, s.pre, s.tau);  // a = X̄·W and tanh(a)
     s.pack = arena.template take<T>((size_t)C_ * P_);
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd);

@@ -92,36 +92,7 @@ class Mhc final : public streams::StreamsResidual<T, MhcState<T>> {
   void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
     auto& s = st(rs);
     const size_t before = arena.planned();
-    s.e = arena.template take<T>(rows * C_);
-    s.X.assign(L2_ + 1, nullptr);
-    s.rstd.assign(L2_ + 1, nullptr);
-    s.proj.assign(L2_ + 1, nullptr);
-    s.H.assign(L2_ + 1, nullptr);
-    s.h.assign(L2_ + 1, nullptr);
-    s.o.assign(L2_ + 1, nullptr);
-    // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
-    T* alt[2] = {nullptr, nullptr};
-    T *rstd = nullptr, *proj = nullptr, *H = nullptr, *h = nullptr, *o = nullptr;
-    if (!training) {
-      alt[0] = arena.template take<T>(rows * nd_);
-      alt[1] = arena.template take<T>(rows * nd_);
-      rstd = arena.template take<T>(rows);
-      proj = arena.template take<T>(rows * M_);
-      H = arena.template take<T>(rows * M_);
-      h = arena.template take<T>(rows * C_);
-      o = arena.template take<T>(rows * C_);
-    }
-    for (int l = 0; l <= L2_; ++l) {
-      s.X[l] = training ? arena.template take<T>(rows * nd_) : alt[l % 2];
-      if (l == 0) continue;
-      s.rstd[l] = training ? arena.template take<T>(rows) : rstd;
-      s.proj[l] = training ? arena.template take<T>(rows * M_) : proj;
-      s.H[l] = training ? arena.template take<T>(rows * M_) : H;
-      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
-      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
-    }
-    s.final_out = arena.template take<T>(rows * C_);
-    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
+    this->plan_states(arena, s, rows, training, 1, M_, s.proj, s.H);  // x̂Φ and the maps
     s.pack = arena.template take<T>((size_t)ld_pack_ * M_);
     s.phi = arena.template take<T>((size_t)nd_ * ld_phi_);
     if (training) {

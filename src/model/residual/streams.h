@@ -343,6 +343,39 @@ class StreamsResidual : public Residual<T> {
   }
 
  protected:
+  // Takes, in this order: e; at inference two states that alternate and one buffer of each kind for
+  // every sublayer (nothing of earlier sublayers is kept); in training every state X_l and, per
+  // sublayer, 1/ρ (rstd_cols per row), the kind's two map buffers map_a and map_b (map_cols per row
+  // each), u and o; then the read-out, and sizes the patch table. The kind takes the rest after it.
+  void plan_states(Arena& arena, State& s, size_t rows, bool training, size_t rstd_cols, size_t map_cols,
+                   std::vector<T*>& map_a, std::vector<T*>& map_b) const {
+    const size_t nd = (size_t)n_ * C_;
+    s.e = arena.template take<T>(rows * C_);
+    for (auto* v : {&s.X, &s.rstd, &map_a, &map_b, &s.h, &s.o}) v->assign(L2_ + 1, nullptr);
+    T* alt[2] = {nullptr, nullptr};
+    T *rstd = nullptr, *a = nullptr, *b = nullptr, *h = nullptr, *o = nullptr;
+    if (!training) {
+      alt[0] = arena.template take<T>(rows * nd);
+      alt[1] = arena.template take<T>(rows * nd);
+      rstd = arena.template take<T>(rows * rstd_cols);
+      a = arena.template take<T>(rows * map_cols);
+      b = arena.template take<T>(rows * map_cols);
+      h = arena.template take<T>(rows * C_);
+      o = arena.template take<T>(rows * C_);
+    }
+    for (int l = 0; l <= L2_; ++l) {
+      s.X[l] = training ? arena.template take<T>(rows * nd) : alt[l % 2];
+      if (l == 0) continue;
+      s.rstd[l] = training ? arena.template take<T>(rows * rstd_cols) : rstd;
+      map_a[l] = training ? arena.template take<T>(rows * map_cols) : a;
+      map_b[l] = training ? arena.template take<T>(rows * map_cols) : b;
+      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
+      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
+    }
+    s.final_out = arena.template take<T>(rows * C_);
+    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
+  }
+
   static State& st(ResidualState& s) { return static_cast<State&>(s); }
   static const State& cst(const ResidualState& s) { return static_cast<const State&>(s); }
 
