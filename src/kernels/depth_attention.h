@@ -10,6 +10,10 @@
 // it is appended (§4.4) by rms_inverse() and shared by every later sublayer. Header-only templates
 // on the scalar type (float for training, double for the finite-difference tests); rows run in
 // parallel, dw is reduced over rows with the columns split among threads (no scratch, no races).
+//
+// The row form (rms_inverse_row, depth_softmax_row) is what the whole-matrix kernels do per row,
+// for callers that fuse their own work around each row (DAR's two targets per read, §6.2): the
+// same code, so the same bits.
 #pragma once
 #include <omp.h>
 
@@ -24,17 +28,20 @@ namespace attnlab::kernels {
 
 inline constexpr double kDepthKeyEps = 1e-6;  // RMSNorm_ng ε (§0)
 
+// 1/sqrt(mean(x²) + 1e-6) of one row x (C): the key normalisation (RMSNorm_ng, no gain).
+template <class Real>
+inline Real rms_inverse_row(const Real* x, int C) {
+  Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int c = 0; c < C; ++c) sq += x[c] * x[c];
+  return Real(1.0 / std::sqrt(double(sq) / C + kDepthKeyEps));
+}
+
 // inv_rms (N) = 1/sqrt(mean(x²) + 1e-6) of each row of x (N, C).
 template <class Real>
 void rms_inverse(Real* inv_rms, const Real* x, int N, int C) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; ++i) {
-    const Real* row = x + (size_t)i * C;
-    Real sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; ++c) sq += row[c] * row[c];
-    inv_rms[i] = Real(1.0 / std::sqrt(double(sq) / C + kDepthKeyEps));
-  }
+  for (int i = 0; i < N; ++i) inv_rms[i] = rms_inverse_row(x + (size_t)i * C, C);
 }
 
 namespace depth_detail {
@@ -50,6 +57,26 @@ void row_dots(Real* out, const Real* a, const Real* const* rows, size_t off, int
 }
 }  // namespace depth_detail
 
+// Row i of the forward's weights: a (R) = softmax_r(w·K_r[i]·(1/ρ_r[i])), max-subtracted, no
+// temperature (§4.1); the logits s_r too when `logits` is given (DAR keeps them for its key path).
+// keys: R pointers to (N,C); key_inv_rms: R pointers to (N); w (C).
+template <class Real>
+inline void depth_softmax_row(Real* a, Real* logits, const Real* const* keys, const Real* const* key_inv_rms, const Real* w,
+                              size_t i, int R, int C) {
+  Real mx = -INFINITY;
+  depth_detail::row_dots(a, w, keys, i * C, R, C);
+  for (int r = 0; r < R; ++r) {
+    a[r] *= key_inv_rms[r][i];
+    mx = std::max(mx, a[r]);
+  }
+  if (logits)
+    for (int r = 0; r < R; ++r) logits[r] = a[r];
+  Real z = 0;
+  for (int r = 0; r < R; ++r) z += (a[r] = std::exp(a[r] - mx));
+  const Real inv_z = Real(1) / z;
+  for (int r = 0; r < R; ++r) a[r] *= inv_z;
+}
+
 // out (N,C); weights a (N,R), saved for the backward; keys, values: R pointers to (N,C);
 // key_inv_rms: R pointers to (N); w (C). R >= 1.
 template <class Real>
@@ -59,16 +86,7 @@ void depth_attention_forward(Real* out, Real* weights, const Real* const* keys, 
   for (int i = 0; i < N; ++i) {
     Real* a = weights + (size_t)i * R;
     const size_t row = (size_t)i * C;
-    Real mx = -INFINITY;
-    depth_detail::row_dots(a, w, keys, row, R, C);
-    for (int r = 0; r < R; ++r) {
-      a[r] *= key_inv_rms[r][i];
-      mx = std::max(mx, a[r]);
-    }
-    Real z = 0;
-    for (int r = 0; r < R; ++r) z += (a[r] = std::exp(a[r] - mx));  // max subtracted, no temperature (§4.1)
-    const Real inv_z = Real(1) / z;
-    for (int r = 0; r < R; ++r) a[r] *= inv_z;
+    depth_softmax_row<Real>(a, nullptr, keys, key_inv_rms, w, (size_t)i, R, C);
     Real* y = out + row;
     for (int r = 0; r < R; r += 4) {  // y = Σ_r a_r V_r, four candidates per pass over y
       const int m = std::min(4, R - r);

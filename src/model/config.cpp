@@ -10,30 +10,22 @@
 
 #include "core/error.h"
 #include "model/attention/mechanism.h"
+#include "model/config_values.h"
 #include "model/residual/residual.h"
 
 namespace attnlab {
 namespace {
 
-std::string trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
-  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
-}
-
-// Strips a trailing comment that is not inside a quoted string.
-std::string strip_comment(const std::string& line) {
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '"') quoted = !quoted;
-    if (line[i] == '#' && !quoted) return line.substr(0, i);
-  }
-  return line;
-}
-
-std::string unquote(const std::string& v) {
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') return v.substr(1, v.size() - 2);
-  return v;
-}
+// The text of a value (model/config_values.h), shared with the grid files of `attnlab compare`.
+using config_values::bad_value;
+using config_values::parse_bool;
+using config_values::parse_choice;
+using config_values::parse_float;
+using config_values::parse_int;
+using config_values::parse_layers;
+using config_values::strip_comment;
+using config_values::trim;
+using config_values::unquote;
 
 // One configuration key: how to set it from text, how to read it back as JSON, and when it is
 // meaningful (a key set while its mechanism is inactive is an error, §7.2 Validation).
@@ -46,72 +38,6 @@ struct KeyDef {
   // Whether the resolved configuration (to_json) shows it, when active; null: always.
   std::function<bool(const Config&)> shown = nullptr;
 };
-
-[[noreturn]] void bad_value(const std::string& key, const std::string& value, const std::string& where, const std::string& expected) {
-  fail(where, ": ", key, " = ", value, ": expected ", expected);
-}
-
-long long parse_int(const std::string& key, const std::string& raw, const std::string& where, long long lo, long long hi) {
-  const std::string v = unquote(raw);
-  size_t used = 0;
-  long long x = 0;
-  try { x = std::stoll(v, &used); } catch (...) { bad_value(key, raw, where, "an integer"); }
-  if (used != v.size()) bad_value(key, raw, where, "an integer");
-  if (x < lo || x > hi) bad_value(key, raw, where, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return x;
-}
-
-double parse_float(const std::string& key, const std::string& raw, const std::string& where, double lo, double hi) {
-  const std::string v = unquote(raw);
-  size_t used = 0;
-  double x = 0;
-  try { x = std::stod(v, &used); } catch (...) { bad_value(key, raw, where, "a number"); }
-  if (used != v.size() || !std::isfinite(x)) bad_value(key, raw, where, "a finite number");
-  if (x < lo || x > hi) {
-    std::ostringstream os;
-    os << "a number in [" << lo << ", " << hi << "]";
-    bad_value(key, raw, where, os.str());
-  }
-  return x;
-}
-
-bool parse_bool(const std::string& key, const std::string& raw, const std::string& where) {
-  const std::string v = unquote(raw);
-  if (v == "true") return true;
-  if (v == "false") return false;
-  bad_value(key, raw, where, "true or false");
-}
-
-std::string parse_choice(const std::string& key, const std::string& raw, const std::string& where,
-                         const std::vector<std::string>& choices) {
-  const std::string v = unquote(raw);
-  for (const auto& c : choices) if (v == c) return v;
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : " | ") + c;
-  bad_value(key, raw, where, "one of " + list);
-}
-
-// A layer selection (§7.2 `layers = all | [i, ...]`): "all" gives an empty list; otherwise a list
-// of distinct non-negative integers. The range [0, L) is checked once n_layer is known.
-std::vector<int> parse_layers(const std::string& key, const std::string& raw, const std::string& where) {
-  const std::string v = unquote(raw);
-  if (v == "all") return {};
-  if (v.size() < 2 || v.front() != '[' || v.back() != ']')
-    bad_value(key, raw, where, "all or a list of 0-based layer indices such as [0, 2]");
-  std::vector<int> out;
-  std::stringstream in(v.substr(1, v.size() - 2));
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const std::string t = trim(item);
-    if (t.empty()) bad_value(key, raw, where, "all or a list of 0-based layer indices such as [0, 2]");
-    const int layer = (int)parse_int(key, t, where, 0, 1 << 20);
-    if (std::find(out.begin(), out.end(), layer) != out.end()) bad_value(key, raw, where, "distinct layer indices");
-    out.push_back(layer);
-  }
-  if (out.empty()) bad_value(key, raw, where, "all or a non-empty list of layer indices");
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 nlohmann::json layers_json(const std::vector<int>& layers) {
   return layers.empty() ? nlohmann::json("all") : nlohmann::json(layers);

@@ -4,6 +4,8 @@
 // does), and the invariants of §4.5: zero query → exact mean, keys invariant to positive scaling.
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "check.h"
@@ -51,6 +53,30 @@ TEST(DepthAttention, MatchesNaiveFloat) {
   // a few fp32 roundings in s (|s| ≲ 10) and exp: 1e-5 relative.
   EXPECT_LT(test::max_rel_diff(a, a_ref), 1e-5);
   EXPECT_LT(test::max_rel_diff(out, out_ref), 1e-5);
+}
+
+// The row form is the whole-matrix forward's own code: the same bits for the weights and 1/ρ, and the
+// logits are the scores w·K_r/ρ_r (checked against the naive reference's weights through a softmax).
+TEST(DepthAttention, RowFormIsTheForward) {
+  const int N = 9, R = 6, C = 37;  // C not a multiple of the vector width: the remainder lanes too
+  Candidates<float> k(N, R, C, 40), v(N, R, C, 50);
+  auto w = test::random_vec<float>(C, 5, 0.5);
+  std::vector<float> out((size_t)N * C), a((size_t)N * R);
+  depth_attention_forward(out.data(), a.data(), k.ptr.data(), k.inv_ptr.data(), v.ptr.data(), w.data(), N, R, C);
+  std::vector<float> out_ref(out.size()), a_ref(a.size());
+  depth_attention_forward_naive(out_ref.data(), a_ref.data(), k.ptr.data(), v.ptr.data(), w.data(), N, R, C);
+  for (int i = 0; i < N; ++i) {
+    float row_a[R], logits[R];
+    depth_softmax_row(row_a, logits, k.ptr.data(), k.inv_ptr.data(), w.data(), (size_t)i, R, C);
+    double mx = -INFINITY, z = 0;
+    for (int r = 0; r < R; ++r) {
+      EXPECT_EQ(row_a[r], a[(size_t)i * R + r]) << "row " << i << " candidate " << r;  // bitwise
+      mx = std::max(mx, double(logits[r]));
+    }
+    for (int r = 0; r < R; ++r) z += std::exp(logits[r] - mx);
+    for (int r = 0; r < R; ++r) EXPECT_NEAR(std::exp(logits[r] - mx) / z, a_ref[(size_t)i * R + r], 1e-6);  // fp32 scores
+    for (int r = 0; r < R; ++r) EXPECT_EQ(rms_inverse_row(k.data[r].data() + (size_t)i * C, C), k.inv_rms[r][i]);  // bitwise
+  }
 }
 
 // Loss = <G, out>; FD of every key, value and query entry. shared = AttnRes (keys are the values).

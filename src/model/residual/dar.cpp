@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 
 #include "core/error.h"
@@ -28,43 +27,17 @@ constexpr int kEntryRows = 16;  // tokens per block of entry_backward
 
 // ---------------------------------------------------------------------------------------------
 // The depth-attention primitive (kernels/depth_attention.h, §4.1) in row form: DAR reads for two
-// targets and mixes them in one pass over the rows, and forms each candidate's gradient from both
-// targets and all readers at once (see entry_backward), so it needs the per-row pieces rather than the
-// whole-matrix kernel. The kernel's naive reference checks the same formulas (tests/kernels), and
-// tests/test_dar.cpp checks these against a literal §6.2 transcription and finite differences.
+// targets and mixes them in one pass over the rows, so it takes the kernel's per-row pieces
+// (kernels::depth_softmax_row, kernels::rms_inverse_row) rather than the whole-matrix forward; and it
+// forms each candidate's gradient from both targets and all readers at once (see entry_backward),
+// so the kernel's backward, one read at a time, does not serve it. tests/test_dar.cpp checks these
+// against a literal §6.2 transcription and finite differences.
 
-// 1/ρ of one row x (C): the key normalisation of §4.1 (RMSNorm_ng, no gain).
-template <class Real>
-inline Real depth_key_inv_rms_row(const Real* x, int C) {
-  Real sq = 0;
-#pragma omp simd reduction(+ : sq)
-  for (int c = 0; c < C; ++c) sq += x[c] * x[c];
-  return Real(1.0 / std::sqrt(double(sq) / C + kernels::kDepthKeyEps));
-}
-
-// Row i of the forward, part 1: a (Nc) = softmax_r(w·K_r[i]/ρ_r[i]), max-subtracted (§6.5 numerics);
-// the logits s_r too when `logits` is given. keys[r] (N,C), key_inv_rms[r] (N), w (C).
-template <class Real>
-inline void depth_softmax_row(Real* a, Real* logits, const Real* const* keys, const Real* const* key_inv_rms, const Real* w,
-                              size_t i, int Nc, int C) {
-  Real mx = -std::numeric_limits<Real>::infinity();
-  kernels::depth_detail::row_dots(a, w, keys, i * C, Nc, C);  // w·K_r, four candidates at a time
-  for (int r = 0; r < Nc; ++r) {
-    a[r] *= key_inv_rms[r][i];
-    mx = std::max(mx, a[r]);
-  }
-  if (logits)  // s_r, kept for the key path of the backward
-    for (int r = 0; r < Nc; ++r) logits[r] = a[r];
-  Real z = 0;
-  for (int r = 0; r < Nc; ++r) {
-    a[r] = std::exp(a[r] - mx);
-    z += a[r];
-  }
-  const Real inv_z = Real(1) / z;
-  for (int r = 0; r < Nc; ++r) a[r] *= inv_z;
-}
-
-// Row i of the forward, part 2: out (C) = Σ_r a_r V_r[i]. values[r] (N,C).
+// Row i of the forward, part 2: out (C) = Σ_r a_r V_r[i]. values[r] (N,C). Not the whole-matrix
+// forward's mix: that one adds four candidates per pass to a sum started at +0, padding a short
+// group with zero weights. The order and rounding are the same, but its exact zeros are +0 where
+// this loop can give −0, and a zero weight times an infinite value adds NaN: taking it would change
+// DAR's results in those cases.
 template <class Real>
 inline void depth_values_row(Real* out, const Real* a, const Real* const* values, size_t i, int Nc, int C) {
   const Real* v0 = values[0] + i * C;
@@ -386,7 +359,7 @@ void Dar<T>::depth_read(Slot& q) {
     const size_t row = (size_t)i * C;
     for (int j = 0; j < 2; ++j) {
       T* a = q.a[j] + (size_t)i * Nc;
-      depth_softmax_row(a, q.sc[j] ? q.sc[j] + (size_t)i * Nc : nullptr, q.keys[j].data(), q.key_inv[j].data(), q.w[j],
+      kernels::depth_softmax_row(a, q.sc[j] ? q.sc[j] + (size_t)i * Nc : nullptr, q.keys[j].data(), q.key_inv[j].data(), q.w[j],
                         (size_t)i, Nc, C);
       depth_values_row(q.Rbar[j] + row, a, q.values[j].data(), (size_t)i, Nc, C);
     }
@@ -467,7 +440,7 @@ void Dar<T>::write(int l, int N) {
 #pragma omp simd
         for (int c = 0; c < C; ++c) P[c] = beta[c] * o[c];
       }
-      q.S_inv[s][i] = depth_key_inv_rms_row(P, C);
+      q.S_inv[s][i] = kernels::rms_inverse_row(P, C);
     }
   }
 }

@@ -20,28 +20,20 @@
 namespace attnlab {
 namespace {
 
-constexpr int kMaxStreams = 16;  // residual.streams is validated against it (config.cpp)
+using streams::kMaxStreams;
 
 template <class T>
-struct HyperState : ResidualState {
-  T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
-  std::vector<T*> X;               // 2L+1 states (N, n, d); inference: two, alternating
-  std::vector<T*> rstd, pre, tau;  // per sublayer: 1/ρ (N·n), the projections a = X̄·W and tanh(a) (N·n, n+2)
-  std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
-  T *final_out = nullptr, *pack = nullptr;
-  // backward
-  T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
-    *dpack = nullptr, *sums = nullptr;
-  std::vector<const T*> patch;  // §8.5 diagnostics: [l·n + s] replaces stream s's share of read l (l = 2L+1: read-out)
-  int cur = 0;  // dX[cur] holds dLoss/dX_l during sublayer l's backward
+struct HyperState : streams::StreamsState<T> {
+  std::vector<T*> pre, tau;  // per sublayer: the projections a = X̄·W and tanh(a) (N·n, n+2)
 };
 
 template <class T>
-class Hyper final : public Residual<T> {
+class Hyper final : public streams::StreamsResidual<T, HyperState<T>> {
+  using Base = streams::StreamsResidual<T, HyperState<T>>;
+  using Base::C_, Base::L2_, Base::n_, Base::st, Base::cst;
+
  public:
-  explicit Hyper(const Config& cfg)
-      : L2_(2 * cfg.model.n_layer), C_(cfg.model.d_model), n_(cfg.residual.streams), P_(n_ + 2),
-        scale_init_(cfg.residual.hc_scale_init) {}
+  explicit Hyper(const Config& cfg) : Base(cfg), P_(n_ + 2), scale_init_(cfg.residual.hc_scale_init) {}
   const char* kind() const override { return "hyper"; }
 
   void register_params(ParamRegistry& reg) const override {
@@ -73,40 +65,10 @@ class Hyper final : public Residual<T> {
     }
   }
 
-  std::unique_ptr<ResidualState> make_state() const override { return std::make_unique<HyperState<T>>(); }
   void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
     auto& s = st(rs);
     const size_t before = arena.planned(), nd = (size_t)n_ * C_;
-    s.e = arena.template take<T>(rows * C_);
-    s.X.assign(L2_ + 1, nullptr);
-    s.rstd.assign(L2_ + 1, nullptr);
-    s.pre.assign(L2_ + 1, nullptr);
-    s.tau.assign(L2_ + 1, nullptr);
-    s.h.assign(L2_ + 1, nullptr);
-    s.o.assign(L2_ + 1, nullptr);
-    // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
-    T* alt[2] = {nullptr, nullptr};
-    T *rstd = nullptr, *pre = nullptr, *tau = nullptr, *h = nullptr, *o = nullptr;
-    if (!training) {
-      alt[0] = arena.template take<T>(rows * nd);
-      alt[1] = arena.template take<T>(rows * nd);
-      rstd = arena.template take<T>(rows * n_);
-      pre = arena.template take<T>(rows * n_ * P_);
-      tau = arena.template take<T>(rows * n_ * P_);
-      h = arena.template take<T>(rows * C_);
-      o = arena.template take<T>(rows * C_);
-    }
-    for (int l = 0; l <= L2_; ++l) {
-      s.X[l] = training ? arena.template take<T>(rows * nd) : alt[l % 2];
-      if (l == 0) continue;
-      s.rstd[l] = training ? arena.template take<T>(rows * n_) : rstd;
-      s.pre[l] = training ? arena.template take<T>(rows * n_ * P_) : pre;
-      s.tau[l] = training ? arena.template take<T>(rows * n_ * P_) : tau;
-      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
-      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
-    }
-    s.final_out = arena.template take<T>(rows * C_);
-    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
+    this->plan_states(arena, s, rows, training, n_, (size_t)n_ * P_, s.pre, s.tau);  // a = X̄·W and tanh(a)
     s.pack = arena.template take<T>((size_t)C_ * P_);
     if (training) {
       s.dX[0] = arena.template take<T>(rows * nd);
@@ -121,7 +83,6 @@ class Hyper final : public Residual<T> {
     if (!arena.committed()) s.bytes = arena.planned() - before;
   }
 
-  T* embedding(ResidualState& rs) const override { return st(rs).e; }
   void begin(ResidualState& rs, int N) const override {
     streams::expand(st(rs).X[0], st(rs).e, N, n_, C_);
     kernels::rms_inverse(st(rs).rstd[1], st(rs).X[0], N * n_, C_);  // later 1/ρ come from write() (below)
@@ -151,7 +112,6 @@ class Hyper final : public Residual<T> {
                                     [&](int i) { return s_alpha * tau[(size_t)i * n_ * P_ + s2 * P_ + 1] + p.m0[s2]; });
     return h;
   }
-  T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
   void write(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
     const Params& p = p_[l];
@@ -173,20 +133,6 @@ class Hyper final : public Residual<T> {
       }
     }
   }
-  const T* read_out(ResidualState& rs, int N) const override {
-    auto& s = st(rs);
-    streams::collapse(s.final_out, s.X[L2_], N, n_, C_);
-    for (int s2 = 0; s2 < n_; ++s2)  // §8.5 diagnostics: the read-out's share of stream s is X_s
-      if (const T* P = s.patch[(size_t)(L2_ + 1) * n_ + s2])
-        streams::patch_contribution(s.final_out, P, s.X[L2_], s2, N, n_, C_, [](int) { return T(1); });
-    return s.final_out;
-  }
-  void set_read_patch(ResidualState& rs, int q, int j, const T* src) const override {
-    if (q < 1 || q > L2_ + 1 || j < 0 || j >= n_) fail("hyper read patch: no read ", q, " of stream ", j);
-    st(rs).patch[(size_t)q * n_ + j] = src;
-  }
-  const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
-  const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
   void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
     const auto& s = cst(rs);
     const int n = n_, M = 2 * n + n * n;
@@ -209,15 +155,6 @@ class Hyper final : public Residual<T> {
     }
   }
 
-  T* read_out_grad(ResidualState& rs, int N) const override {
-    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
-    return st(rs).dh;
-  }
-  void read_out_backward(ResidualState& rs, int N) const override {
-    auto& s = st(rs);
-    s.cur = 0;
-    streams::broadcast(s.dX[0], s.dh, N, n_, C_);
-  }
   const T* branch_grad(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
     const Params& p = p_[l];
@@ -230,10 +167,6 @@ class Hyper final : public Residual<T> {
       streams::combine(s.dout + (size_t)i * C_, beta, dXn + (size_t)i * n_ * C_, C_, n_, C_);
     }
     return s.dout;
-  }
-  T* input_grad(ResidualState& rs, int, int N) const override {
-    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
-    return st(rs).dh;
   }
   void read_backward(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
@@ -296,16 +229,8 @@ class Hyper final : public Residual<T> {
     unpack_add(g, s.dpack);
     s.cur = 1 - s.cur;
   }
-  const T* embedding_grad(ResidualState& rs, int N) const override {
-    auto& s = st(rs);
-    streams::collapse(s.dh, s.dX[s.cur], N, n_, C_);  // d e = Σ_s dX_0,s (the backward of expand)
-    return s.dh;
-  }
-
  private:
   struct Params { T *w_beta, *w_m, *w_r, *s_alpha, *s_beta, *beta0, *m0, *a0; };
-  static HyperState<T>& st(ResidualState& s) { return static_cast<HyperState<T>&>(s); }
-  static const HyperState<T>& cst(const ResidualState& s) { return static_cast<const HyperState<T>&>(s); }
   int per_token_cols() const { return 2 * n_ + n_ * n_ + 2; }
   // Wᵀ = [w_β | w_m | Wr]ᵀ ((n+2) × d): the projections' weights as rows, for both GEMMs and the fused backward.
   void pack(T* WT, const Params& p) const {
@@ -323,7 +248,7 @@ class Hyper final : public Residual<T> {
     }
   }
 
-  int L2_, C_, n_, P_;
+  int P_;
   double scale_init_;
   std::vector<Params> p_, g_;  // index l = 1..2L
 };

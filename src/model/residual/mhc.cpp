@@ -34,30 +34,27 @@
 namespace attnlab {
 namespace {
 
-constexpr int kMaxStreams = 16;  // residual.streams is validated against it (config.cpp)
+using streams::kMaxStreams;
 
 template <class T>
-struct MhcState : ResidualState {
-  T* e = nullptr;                  // (N, d) the embedding, expanded into X[0]
-  std::vector<T*> X;               // 2L+1 states (N, n·d); inference: two, alternating
-  std::vector<T*> rstd, proj, H;   // per sublayer: 1/ρ (N), x̂Φ (N, M), [Hpre | Hpost | Hres] (N, M)
-  std::vector<T*> h, o;            // per sublayer: input u and output o (N, d)
-  T *final_out = nullptr, *pack = nullptr, *phi = nullptr;
+struct MhcState : streams::StreamsState<T> {
+  std::vector<T*> proj, H;  // per sublayer: x̂Φ (N, M), [Hpre | Hpost | Hres] (N, M)
+  T* phi = nullptr;         // Φ in the forward's layout (pack_rows)
   // backward
-  T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
-    *dpack = nullptr, *xpack = nullptr, *sums = nullptr, *work = nullptr;
-  std::vector<const T*> patch;  // §8.5 diagnostics: [l·n + s] replaces stream s's share of read l (l = 2L+1: read-out)
-  int cur = 0, threads = 0;
+  T *xpack = nullptr, *work = nullptr;
+  int threads = 0;
   int read_ready = 0;  // the sublayer whose read write() already did (0: none)
   int dout_ready = 0;  // the sublayer whose do = Σ_s Hpost_s dX′_s read_backward already left in dout (0: none)
 };
 
 template <class T>
-class Mhc final : public Residual<T> {
+class Mhc final : public streams::StreamsResidual<T, MhcState<T>> {
+  using Base = streams::StreamsResidual<T, MhcState<T>>;
+  using Base::C_, Base::L2_, Base::n_, Base::st, Base::cst;
+
  public:
   explicit Mhc(const Config& cfg)
-      : L2_(2 * cfg.model.n_layer), C_(cfg.model.d_model), n_(cfg.residual.streams), nd_(n_ * C_), M_(n_ * n_ + 2 * n_),
-        iters_(cfg.residual.mhc_sinkhorn_iters), rc_(cfg.residual) {}
+      : Base(cfg), nd_(n_ * C_), M_(n_ * n_ + 2 * n_), iters_(cfg.residual.mhc_sinkhorn_iters), rc_(cfg.residual) {}
   const char* kind() const override { return "mhc"; }
 
   void register_params(ParamRegistry& reg) const override {
@@ -92,40 +89,10 @@ class Mhc final : public Residual<T> {
     }
   }
 
-  std::unique_ptr<ResidualState> make_state() const override { return std::make_unique<MhcState<T>>(); }
   void plan(Arena& arena, ResidualState& rs, size_t rows, bool training) const override {
     auto& s = st(rs);
     const size_t before = arena.planned();
-    s.e = arena.template take<T>(rows * C_);
-    s.X.assign(L2_ + 1, nullptr);
-    s.rstd.assign(L2_ + 1, nullptr);
-    s.proj.assign(L2_ + 1, nullptr);
-    s.H.assign(L2_ + 1, nullptr);
-    s.h.assign(L2_ + 1, nullptr);
-    s.o.assign(L2_ + 1, nullptr);
-    // Inference keeps nothing of earlier sublayers: two states alternate, one buffer of each kind serves all.
-    T* alt[2] = {nullptr, nullptr};
-    T *rstd = nullptr, *proj = nullptr, *H = nullptr, *h = nullptr, *o = nullptr;
-    if (!training) {
-      alt[0] = arena.template take<T>(rows * nd_);
-      alt[1] = arena.template take<T>(rows * nd_);
-      rstd = arena.template take<T>(rows);
-      proj = arena.template take<T>(rows * M_);
-      H = arena.template take<T>(rows * M_);
-      h = arena.template take<T>(rows * C_);
-      o = arena.template take<T>(rows * C_);
-    }
-    for (int l = 0; l <= L2_; ++l) {
-      s.X[l] = training ? arena.template take<T>(rows * nd_) : alt[l % 2];
-      if (l == 0) continue;
-      s.rstd[l] = training ? arena.template take<T>(rows) : rstd;
-      s.proj[l] = training ? arena.template take<T>(rows * M_) : proj;
-      s.H[l] = training ? arena.template take<T>(rows * M_) : H;
-      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
-      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
-    }
-    s.final_out = arena.template take<T>(rows * C_);
-    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
+    this->plan_states(arena, s, rows, training, 1, M_, s.proj, s.H);  // x̂Φ and the maps
     s.pack = arena.template take<T>((size_t)ld_pack_ * M_);
     s.phi = arena.template take<T>((size_t)nd_ * ld_phi_);
     if (training) {
@@ -145,7 +112,6 @@ class Mhc final : public Residual<T> {
     if (!arena.committed()) s.bytes = arena.planned() - before;
   }
 
-  T* embedding(ResidualState& rs) const override { return st(rs).e; }
   void begin(ResidualState& rs, int N) const override {
     st(rs).read_ready = 0;
     streams::expand(st(rs).X[0], st(rs).e, N, n_, C_);
@@ -168,7 +134,6 @@ class Mhc final : public Residual<T> {
         streams::patch_contribution(h, P, X, s2, N, n, C_, [&](int i) { return H[(size_t)i * M_ + s2]; });
     return h;
   }
-  T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
   void write(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
     const T *X = s.X[l - 1], *H = s.H[l], *o = s.o[l];
@@ -192,20 +157,6 @@ class Mhc final : public Residual<T> {
     }
     s.read_ready = next ? l + 1 : 0;
   }
-  const T* read_out(ResidualState& rs, int N) const override {
-    auto& s = st(rs);
-    streams::collapse(s.final_out, s.X[L2_], N, n_, C_);
-    for (int s2 = 0; s2 < n_; ++s2)  // §8.5 diagnostics: the read-out's share of stream s is X_s
-      if (const T* P = s.patch[(size_t)(L2_ + 1) * n_ + s2])
-        streams::patch_contribution(s.final_out, P, s.X[L2_], s2, N, n_, C_, [](int) { return T(1); });
-    return s.final_out;
-  }
-  void set_read_patch(ResidualState& rs, int q, int j, const T* src) const override {
-    if (q < 1 || q > L2_ + 1 || j < 0 || j >= n_) fail("mhc read patch: no read ", q, " of stream ", j);
-    st(rs).patch[(size_t)q * n_ + j] = src;
-  }
-  const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
-  const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
   void inspect(const ResidualState& rs, int N, ResidualInspector<T>& ins) const override {
     const auto& s = cst(rs);
     ins.streams(0, s.X[0], N, n_, C_);
@@ -215,15 +166,9 @@ class Mhc final : public Residual<T> {
     }
   }
 
-  T* read_out_grad(ResidualState& rs, int N) const override {
-    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
-    return st(rs).dh;
-  }
   void read_out_backward(ResidualState& rs, int N) const override {
-    auto& s = st(rs);
-    s.cur = 0;
-    s.dout_ready = 0;
-    streams::broadcast(s.dX[0], s.dh, N, n_, C_);
+    st(rs).dout_ready = 0;
+    Base::read_out_backward(rs, N);
   }
   const T* branch_grad(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
@@ -233,10 +178,6 @@ class Mhc final : public Residual<T> {
     for (int i = 0; i < N; ++i)  // do = Σ_s Hpost_s dX′_s
       streams::combine(s.dout + (size_t)i * C_, H + (size_t)i * M_ + n_, dXn + (size_t)i * nd_, C_, n_, C_);
     return s.dout;
-  }
-  T* input_grad(ResidualState& rs, int, int N) const override {
-    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
-    return st(rs).dh;
   }
   void read_backward(ResidualState& rs, int l, int N) const override {
     auto& s = st(rs);
@@ -336,16 +277,8 @@ class Mhc final : public Residual<T> {
     s.cur = 1 - s.cur;
     s.dout_ready = l - 1;
   }
-  const T* embedding_grad(ResidualState& rs, int N) const override {
-    auto& s = st(rs);
-    streams::collapse(s.dh, s.dX[s.cur], N, n_, C_);  // d e = Σ_s dX_0,s (the backward of expand)
-    return s.dh;
-  }
-
  private:
   struct Params { T *phi_pre, *phi_post, *phi_res, *alpha_pre, *alpha_post, *alpha_res, *b_pre, *b_post, *b_res; };
-  static MhcState<T>& st(ResidualState& s) { return static_cast<MhcState<T>&>(s); }
-  static const MhcState<T>& cst(const ResidualState& s) { return static_cast<const MhcState<T>&>(s); }
   size_t work_per_thread() const { return kernels::sinkhorn_work_size(n_, iters_) * kernels::kSinkhornMaxGroup; }
   // Φᵀ = [Φpre | Φpost | Φres]ᵀ (M × nd, rows ld_pack_ apart): the projections' weights as rows, for
   // the fused backward.
@@ -426,7 +359,7 @@ class Mhc final : public Residual<T> {
     }
   }
 
-  int L2_, C_, n_, nd_, M_, iters_;
+  int nd_, M_, iters_;
   // The pack's row stride: nd plus 16 (64 bytes), so that its rows do not all fall in one L1 set when
   // nd·4 bytes is a multiple of 4 KiB (n = 4, d = 256: the fused backward reads 24 of them per block).
   size_t ld_pack_ = (size_t)nd_ + 16;

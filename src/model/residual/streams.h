@@ -1,14 +1,19 @@
-// Helpers shared by the multi-stream residual kinds HC and mHC (docs/mechanisms.md §5): the state is
-// n streams of d per token, stored token-major as (N, n, d) so that each token's n×d block is
-// contiguous (mHC normalises it as one vector of nd values).
+// What the multi-stream residual kinds HC and mHC share (docs/mechanisms.md §5): the state is n
+// streams of d per token, stored token-major as (N, n, d) so that each token's n×d block is
+// contiguous (mHC normalises it as one vector of nd values). The row kernels of their maps first,
+// then the state and the calls both kinds answer alike (StreamsResidual, at the end).
 #pragma once
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
+#include <memory>
+#include <vector>
 
 #include "kernels/math.h"
+#include "model/residual/residual.h"
 
 namespace attnlab::streams {
 
@@ -273,5 +278,108 @@ void patch_contribution(T* u, const T* P, const T* X, int s, int N, int n, int C
     for (int c = 0; c < C; ++c) y[c] += p[c] - w * x[c];
   }
 }
+
+constexpr int kMaxStreams = 16;  // residual.streams is validated against it (config.cpp)
+
+// The buffers of a workspace both kinds keep; each kind's state adds its maps' own.
+template <class T>
+struct StreamsState : ResidualState {
+  T* e = nullptr;          // (N, d) the embedding, expanded into X[0]
+  std::vector<T*> X;       // 2L+1 states (N, n, d); inference: two, alternating
+  std::vector<T*> rstd;    // per sublayer: 1/ρ of each stream (HC, N·n) or of each token's n·d values (mHC, N)
+  std::vector<T*> h, o;    // per sublayer: input u and output o (N, d)
+  T *final_out = nullptr, *pack = nullptr;  // pack: the sublayer's projection weights, transposed
+  // backward
+  T *dX[2] = {nullptr, nullptr}, *dh = nullptr, *dout = nullptr, *z = nullptr, *per_token = nullptr,
+    *dpack = nullptr, *sums = nullptr;
+  std::vector<const T*> patch;  // §8.5 diagnostics: [l·n + s] replaces stream s's share of read l (l = 2L+1: read-out)
+  int cur = 0;  // dX[cur] holds dLoss/dX_l during sublayer l's backward
+};
+
+// The calls HC and mHC answer alike (§5.1): e expanded into every stream, the read-out a sum of the
+// streams (and its backward a broadcast), the saved inputs, the §8.5 patch of a stream's share. The
+// kinds differ in their maps: read, write, their backward, parameters and plan. State derives
+// from StreamsState<T>.
+template <class T, class State>
+class StreamsResidual : public Residual<T> {
+ public:
+  explicit StreamsResidual(const Config& cfg) : L2_(2 * cfg.model.n_layer), C_(cfg.model.d_model), n_(cfg.residual.streams) {}
+
+  std::unique_ptr<ResidualState> make_state() const override { return std::make_unique<State>(); }
+  T* embedding(ResidualState& rs) const override { return st(rs).e; }
+  T* branch(ResidualState& rs, int l) const override { return st(rs).o[l]; }
+  const T* read_out(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    collapse(s.final_out, s.X[L2_], N, n_, C_);
+    for (int s2 = 0; s2 < n_; ++s2)  // §8.5 diagnostics: the read-out's share of stream s is X_s
+      if (const T* P = s.patch[(size_t)(L2_ + 1) * n_ + s2])
+        patch_contribution(s.final_out, P, s.X[L2_], s2, N, n_, C_, [](int) { return T(1); });
+    return s.final_out;
+  }
+  void set_read_patch(ResidualState& rs, int q, int j, const T* src) const override {
+    if (q < 1 || q > L2_ + 1 || j < 0 || j >= n_) fail(this->kind(), " read patch: no read ", q, " of stream ", j);
+    st(rs).patch[(size_t)q * n_ + j] = src;
+  }
+  const T* input(const ResidualState& rs, int l) const override { return cst(rs).h[l]; }
+  const T* final_input(const ResidualState& rs) const override { return cst(rs).final_out; }
+
+  T* read_out_grad(ResidualState& rs, int N) const override {
+    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
+    return st(rs).dh;
+  }
+  void read_out_backward(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    s.cur = 0;
+    broadcast(s.dX[0], s.dh, N, n_, C_);
+  }
+  T* input_grad(ResidualState& rs, int, int N) const override {
+    std::memset(st(rs).dh, 0, sizeof(T) * N * C_);
+    return st(rs).dh;
+  }
+  const T* embedding_grad(ResidualState& rs, int N) const override {
+    auto& s = st(rs);
+    collapse(s.dh, s.dX[s.cur], N, n_, C_);  // d e = Σ_s dX_0,s (the backward of expand)
+    return s.dh;
+  }
+
+ protected:
+  // Takes, in this order: e; at inference two states that alternate and one buffer of each kind for
+  // every sublayer (nothing of earlier sublayers is kept); in training every state X_l and, per
+  // sublayer, 1/ρ (rstd_cols per row), the kind's two map buffers map_a and map_b (map_cols per row
+  // each), u and o; then the read-out, and sizes the patch table. The kind takes the rest after it.
+  void plan_states(Arena& arena, State& s, size_t rows, bool training, size_t rstd_cols, size_t map_cols,
+                   std::vector<T*>& map_a, std::vector<T*>& map_b) const {
+    const size_t nd = (size_t)n_ * C_;
+    s.e = arena.template take<T>(rows * C_);
+    for (auto* v : {&s.X, &s.rstd, &map_a, &map_b, &s.h, &s.o}) v->assign(L2_ + 1, nullptr);
+    T* alt[2] = {nullptr, nullptr};
+    T *rstd = nullptr, *a = nullptr, *b = nullptr, *h = nullptr, *o = nullptr;
+    if (!training) {
+      alt[0] = arena.template take<T>(rows * nd);
+      alt[1] = arena.template take<T>(rows * nd);
+      rstd = arena.template take<T>(rows * rstd_cols);
+      a = arena.template take<T>(rows * map_cols);
+      b = arena.template take<T>(rows * map_cols);
+      h = arena.template take<T>(rows * C_);
+      o = arena.template take<T>(rows * C_);
+    }
+    for (int l = 0; l <= L2_; ++l) {
+      s.X[l] = training ? arena.template take<T>(rows * nd) : alt[l % 2];
+      if (l == 0) continue;
+      s.rstd[l] = training ? arena.template take<T>(rows * rstd_cols) : rstd;
+      map_a[l] = training ? arena.template take<T>(rows * map_cols) : a;
+      map_b[l] = training ? arena.template take<T>(rows * map_cols) : b;
+      s.h[l] = training ? arena.template take<T>(rows * C_) : h;
+      s.o[l] = training ? arena.template take<T>(rows * C_) : o;
+    }
+    s.final_out = arena.template take<T>(rows * C_);
+    s.patch.assign((size_t)(L2_ + 2) * n_, nullptr);
+  }
+
+  static State& st(ResidualState& s) { return static_cast<State&>(s); }
+  static const State& cst(const ResidualState& s) { return static_cast<const State&>(s); }
+
+  int L2_, C_, n_;  // 2L sublayers, d, n streams
+};
 
 }  // namespace attnlab::streams

@@ -1,0 +1,16 @@
+// The checkpoints in a run directory of `attnlab compare`: which one a resume continues from, and
+// pruning the periodic ones (docs/compare.md "Running, stopping, resuming").
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace attnlab::compare {
+
+// The checkpoint with the most steps in a run directory ("" when none); its step in *step.
+std::string latest_checkpoint(const std::filesystem::path& dir, int64_t* step);
+// Removes the trainer's step_NNNNNN.safetensors in `dir` with a step below `keep` (all of them for
+// keep < 0): a run keeps at most its latest periodic checkpoint, and none once finished.
+void prune_step_checkpoints(const std::filesystem::path& dir, int64_t keep);
+
+}  // namespace attnlab::compare

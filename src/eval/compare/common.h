@@ -1,0 +1,15 @@
+// Small pieces the files of `attnlab compare` (eval/compare.h) share: reading a text file, a
+// number as JSON (null when not finite, as results.json writes it), a list of settings as text.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace attnlab::compare {
+
+std::string read_text(const std::string& path);
+nlohmann::json num_or_null(double v);
+// "a=1; b=2": a variant's or task's sets as the log and results.md show them.
+std::string sets_text(const std::vector<std::string>& sets);
+
+}  // namespace attnlab::compare

@@ -1,0 +1,107 @@
+#include "eval/compare/evaluations.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attnlab::compare {
+
+using nlohmann::json;
+
+namespace {
+
+std::vector<double> downsample(const json& arr, size_t max_points, std::vector<double>* xs) {
+  std::vector<double> out;
+  const size_t n = arr.size();
+  if (n == 0) return out;
+  const size_t stride = n <= max_points ? 1 : (n + max_points - 1) / max_points;
+  for (size_t i = 0; i < n; i += stride) {
+    out.push_back(arr[i].is_number() ? arr[i].get<double>() : NAN);
+    if (xs) xs->push_back(double(i));
+  }
+  return out;
+}
+
+}  // namespace
+
+// The parts of an analysis document (docs/analysis.md) the report draws.
+json compact_analysis(const json& a) {
+  json c = json::object();
+  json sim = json::array();
+  for (const auto& l : a["attention"]["layers"]) {
+    auto m = [&](const char* k) { return l.contains(k) && l[k].is_object() ? l[k]["mean"] : json(nullptr); };
+    sim.push_back({{"layer", l["layer"]}, {"xsa", l["xsa"]}, {"cos_yv", m("cos_yv")}, {"self", m("self")}, {"vsim", m("vsim")}});
+  }
+  c["similarity"] = sim;
+  c["goat"] = nullptr;
+  if (a.contains("goat") && a["goat"].is_object()) {
+    json g = json::array();
+    for (const auto& l : a["goat"]["layers"]) {
+      json heads = json::array();
+      std::vector<double> xs;
+      for (const auto& h : l["kv_heads"]) {
+        xs.clear();
+        heads.push_back(downsample(h["rel"], 256, &xs));
+      }
+      // downsample's x values are indices, i.e. Δ.
+      g.push_back({{"layer", l["layer"]}, {"delta", xs}, {"rel", heads}});
+    }
+    c["goat"] = json{{"T_train", a["goat"]["T_train"]}, {"layers", g}};
+  }
+  c["depth"] = nullptr;
+  if (a.contains("depth") && a["depth"].is_object()) {
+    json streams = json::array();
+    for (const auto& s : a["depth"]["streams"]) {
+      json rows = json::array();
+      for (const auto& r : s["rows"]) rows.push_back({{"label", r["label"]}, {"weights", r["weights"]}});
+      streams.push_back(rows);
+    }
+    c["depth"] = json{{"kind", a["depth"]["kind"]}, {"columns", a["depth"]["columns"]}, {"streams", streams}};
+  }
+  c["loss"] = a["loss"];
+  return c;
+}
+
+// The parts of a length report (docs/long-context.md) the table and the report use: per length,
+// the multiple of T_train, the loss over all positions and over positions ≥ T_train (null: not
+// applicable, learned positions beyond T_train).
+json compact_lengths(const json& r) {
+  json out{{"train_len", r["train_len"]}, {"token_budget", r["token_budget"]}, {"multiple", json::array()}, {"loss", json::array()},
+           {"loss_beyond_train", json::array()}};
+  for (const auto& l : r["lengths"]) {
+    out["multiple"].push_back(l["multiple"]);
+    out["loss"].push_back(l["loss"]);
+    out["loss_beyond_train"].push_back(l["loss_beyond_train"]);
+  }
+  return out;
+}
+
+// A task report per length: strict and per-token accuracy and the answer's log-probability, the
+// needle's cells averaged over its depths (each depth has the same number of samples).
+json compact_task(const json& r) {
+  std::vector<double> mult;
+  std::map<double, std::vector<const json*>> at;
+  for (const auto& c : r["cells"]) {
+    const double m = c["multiple"].get<double>();
+    if (!at.count(m)) mult.push_back(m);
+    at[m].push_back(&c);
+  }
+  json out{{"train_len", r["train_len"]}, {"samples", r["samples"]}, {"multiple", json::array()}, {"strict_accuracy", json::array()},
+           {"token_accuracy", json::array()}, {"answer_logprob", json::array()}};
+  for (double m : mult) {
+    out["multiple"].push_back(m);
+    for (const char* k : {"strict_accuracy", "token_accuracy", "answer_logprob"}) {
+      double sum = 0;
+      bool ok = true;
+      for (const json* c : at[m]) {
+        if (!(*c)[k].is_number()) { ok = false; break; }
+        sum += (*c)[k].get<double>();
+      }
+      out[k].push_back(ok ? json(sum / double(at[m].size())) : json(nullptr));
+    }
+  }
+  return out;
+}
+
+}  // namespace attnlab::compare

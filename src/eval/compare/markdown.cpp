@@ -1,0 +1,146 @@
+// results.md of `attnlab compare`: the summary of a results document as markdown tables.
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "eval/compare.h"
+#include "eval/compare/common.h"
+
+namespace attnlab {
+
+using nlohmann::json;
+using compare::sets_text;
+
+std::string results_markdown(const json& results) {
+  std::ostringstream o;
+  const auto& g = results["grid"];
+  char buf[512];
+  o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
+  o << "Base: preset `" << g["preset"].get<std::string>() << "`";
+  if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
+  o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step; seeds";
+  for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
+  o << ". Validation loss on the whole validation shard (" << results["val_tokens"].get<long long>() << " tokens), mean ± sd over seeds; "
+    << "Δ = variant − baseline (`" << g["baseline"].get<std::string>() << "`) with Welch's t-test and its 95% interval; "
+    << "the paired columns difference each seed's run against the baseline's run of the same seed (same data order) and test "
+    << "those differences (paired t, n − 1 degrees of freedom).\n\n";
+  if (results.contains("partial"))
+    o << "**Partial**: " << results["partial"]["runs_done"].get<long long>() << " of " << results["partial"]["runs_total"].get<long long>()
+      << " runs finished (`attnlab compare --summarize`); n per variant is in the table.\n\n";
+  o << "| variant | settings | parameters | tok/s | val loss (mean ± sd, n) | Δ vs baseline | 95% interval | p | paired Δ ± sd (n) | paired 95% interval | paired p |\n";
+  o << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::map<std::string, std::string> settings;
+  for (const auto& v : g["variants"]) settings[v["name"]] = sets_text(v["sets"].get<std::vector<std::string>>());
+  for (const auto& s : results["summary"]) {
+    const std::string v = s["variant"];
+    auto num = [](const json& x, const char* f) {
+      char b[64];
+      if (!x.is_number()) return std::string("–");
+      std::snprintf(b, sizeof b, f, x.get<double>());
+      return std::string(b);
+    };
+    std::string loss = num(s["val_loss"]["mean"], "%.4f");
+    if (s["val_loss"]["sd"].is_number()) loss += " ± " + num(s["val_loss"]["sd"], "%.4f");
+    loss += " (" + std::to_string(s["n"].get<int>()) + ")";
+    std::string d = "baseline", ci = "", p = "", pd = "", pci = "", pp = "";
+    auto interval = [&](const json& c) {
+      return c.is_array() ? "[" + num(c[0], "%+.4f") + ", " + num(c[1], "%+.4f") + "]" : std::string("–");
+    };
+    auto pval = [&](const json& x) { return x.is_number() ? num(x, x.get<double>() < 1e-3 ? "%.1e" : "%.3f") : std::string("–"); };
+    if (!s["vs_baseline"].is_null() && s["vs_baseline"].contains("paired")) {
+      const json& q = s["vs_baseline"]["paired"];
+      pd = num(q["diff"], "%+.4f");
+      if (q["sd"].is_number()) pd += " ± " + num(q["sd"], "%.4f");
+      pd += " (" + std::to_string(q["n"].get<int>()) + ")";
+      pci = interval(q["ci95"]);
+      pp = pval(q["p"]);
+    }
+    if (!s["vs_baseline"].is_null()) {
+      d = num(s["vs_baseline"]["diff"], "%+.4f");
+      ci = "–";
+      if (s["vs_baseline"]["ci95"].is_array()) {
+        ci = "[";
+        ci += num(s["vs_baseline"]["ci95"][0], "%+.4f");
+        ci += ", ";
+        ci += num(s["vs_baseline"]["ci95"][1], "%+.4f");
+        ci += "]";
+      }
+      p = s["vs_baseline"]["p"].is_number() ? num(s["vs_baseline"]["p"], s["vs_baseline"]["p"].get<double>() < 1e-3 ? "%.1e" : "%.3f")
+                                             : "–";
+    }
+    const std::string params = s["params"].is_number() ? std::to_string(s["params"].get<long long>()) : "–";
+    std::snprintf(buf, sizeof buf, "| %s | `%s` | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.c_str(), settings[v].c_str(),
+                  params.c_str(), num(s["tokens_per_s"]["mean"], "%.0f").c_str(), loss.c_str(), d.c_str(), ci.c_str(), p.c_str(),
+                  pd.c_str(), pci.c_str(), pp.c_str());
+    o << buf;
+  }
+  // The length sweep and the tasks, when the grid has them.
+  auto cell = [](const json& band, size_t i, const char* fmt) {
+    char b[64];
+    if (!band["mean"][i].is_number()) return std::string("–");
+    std::snprintf(b, sizeof b, fmt, band["mean"][i].get<double>());
+    std::string out = b;
+    if (band["sd"][i].is_number()) {
+      std::snprintf(b, sizeof b, fmt, band["sd"][i].get<double>());
+      out += std::string(" ± ") + b;
+    }
+    return out;
+  };
+  auto mult_header = [&](const json& m, const char* what) {
+    std::string h = "| variant |", sep = "|---|";
+    for (const auto& x : m) {
+      std::snprintf(buf, sizeof buf, " %s %g× |", what, x.get<double>());
+      h += buf;
+      sep += "---:|";
+    }
+    o << h << "\n" << sep << "\n";
+  };
+  const json* first_len = nullptr;
+  for (const auto& s : results["summary"])
+    if (s.contains("lengths") && s["lengths"].is_object()) { first_len = &s; break; }
+  if (first_len) {
+    o << "\n## Length extrapolation\n\nValidation loss at L × T_train (" << g.value("length_tokens", 0)
+      << " tokens scored at every length), all positions; mean ± sd over seeds.\n\n";
+    mult_header((*first_len)["lengths"]["multiple"], "loss");
+    for (const auto& s : results["summary"]) {
+      if (!s["lengths"].is_object()) continue;
+      std::string row = "| " + s["variant"].get<std::string>() + " |";
+      for (size_t i = 0; i < s["lengths"]["multiple"].size(); ++i) row += " " + cell(s["lengths"]["loss"], i, "%.4f") + " |";
+      o << row << "\n";
+    }
+  }
+  if (g.contains("tasks"))
+    for (const auto& t : g["tasks"]) {
+      const std::string name = t["name"];
+      const json* first = nullptr;
+      for (const auto& s : results["summary"])
+        if (s.contains("tasks") && s["tasks"].contains(name)) { first = &s; break; }
+      if (!first) continue;
+      o << "\n## Task: " << name << "\n\n" << t["steps"].get<int>() << " training steps (`" << sets_text(t["sets"].get<std::vector<std::string>>())
+        << "`), " << t["samples"].get<int>() << " samples per length; per-token answer accuracy, strict (whole-answer) accuracy and the "
+        << "answer's log-probability, mean ± sd over seeds.\n\n";
+      const json& m = (*first)["tasks"][name]["multiple"];
+      std::string h = "| variant |", sep = "|---|";
+      for (const auto& x : m) {
+        std::snprintf(buf, sizeof buf, " token acc %g× | strict %g× | log p %g× |", x.get<double>(), x.get<double>(), x.get<double>());
+        h += buf;
+        sep += "---:|---:|---:|";
+      }
+      o << h << "\n" << sep << "\n";
+      for (const auto& s : results["summary"]) {
+        if (!s.contains("tasks") || !s["tasks"].contains(name)) continue;
+        const json& ts = s["tasks"][name];
+        std::string row = "| " + s["variant"].get<std::string>() + " |";
+        for (size_t i = 0; i < ts["multiple"].size(); ++i)
+          row += " " + cell(ts["token_accuracy"], i, "%.3f") + " | " + cell(ts["strict_accuracy"], i, "%.3f") + " | " +
+                 cell(ts["answer_logprob"], i, "%.2f") + " |";
+        o << row << "\n";
+      }
+    }
+  o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "
+       "of freedom, 4.3 at 2): treat the p-values as rough.\n";
+  return o.str();
+}
+
+}  // namespace attnlab

@@ -1,0 +1,113 @@
+#include "eval/compare/plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "eval/long_context.h"
+
+namespace attnlab::compare {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// The assignments of one run: the preset, the grid's sets, the variant's sets, then `extra`.
+std::vector<Assignment> run_assignments(const Grid& grid, const GridVariant& v) {
+  std::vector<Assignment> as;
+  if (!grid.preset.empty()) as = parse_config_text(preset_config_text(grid.preset), "preset " + grid.preset);
+  for (const auto& s : grid.sets) as.push_back(parse_override(s));
+  for (const auto& s : v.sets) {
+    Assignment a = parse_override(s);
+    a.origin = "variant " + v.name + ": " + s;
+    as.push_back(a);
+  }
+  return as;
+}
+
+std::string quoted(const fs::path& p) {
+  std::string q = "\"";  // built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&
+  q += p.string();
+  q += '"';
+  return q;
+}
+
+}  // namespace
+
+std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
+  std::vector<Run> runs;
+  for (uint64_t seed : grid.seeds)
+    for (const auto& v : grid.variants) {
+      std::vector<Assignment> as = run_assignments(grid, v);
+      const std::string id = v.name + "_s" + std::to_string(seed);
+      const Config probe = resolve_config(as);
+      const int steps = grid.steps > 0 ? grid.steps : probe.train.steps;
+      int ckpt = grid.ckpt_every > 0 ? grid.ckpt_every : probe.train.ckpt_every;
+      if (ckpt <= 0) ckpt = probe.train.eval_every > 0 ? probe.train.eval_every : std::max(1, steps / 4);
+      as.push_back({"train.steps", std::to_string(steps), "compare"});
+      as.push_back({"train.seed", std::to_string(seed), "compare"});
+      as.push_back({"train.ckpt_every", std::to_string(ckpt), "compare"});
+      as.push_back({"train.time_limit", "0", "compare"});
+      as.push_back({"train.out_dir", quoted(runs_dir / id), "compare"});
+      Run run{&v, seed, id, resolve_config(as), {}};
+      if (!grid.lengths.empty()) parse_lengths(grid.lengths, run.cfg.model.seq_len);  // a bad entry fails before any training
+      for (const auto& t : grid.tasks) {
+        std::vector<Assignment> ts = run_assignments(grid, v);
+        for (const auto& s : t.sets) {
+          Assignment a = parse_override(s);
+          a.origin = "task " + t.name + ": " + s;
+          ts.push_back(a);
+        }
+        const Config tprobe = resolve_config(ts);
+        tasks::TaskParams tp;
+        tp.name = t.name;
+        auto gen = std::shared_ptr<const tasks::Task>(tasks::Task::make(tp, tprobe.model.seq_len));
+        const fs::path tdir = runs_dir / id / ("task_" + t.name);
+        ts.push_back({"model.vocab_size", std::to_string(gen->vocab_size()), "compare task"});
+        ts.push_back({"train.steps", std::to_string(t.steps), "compare task"});
+        ts.push_back({"train.seed", std::to_string(seed), "compare task"});
+        ts.push_back({"train.ckpt_every", std::to_string(std::max(1, t.steps / 4)), "compare task"});
+        ts.push_back({"train.eval_every", "0", "compare task"});  // validated once after training, below
+        ts.push_back({"train.time_limit", "0", "compare task"});
+        ts.push_back({"train.out_dir", quoted(tdir), "compare task"});
+        TaskRun tr{&t, gen, resolve_config(ts), tdir};
+        parse_lengths(t.lengths, tr.cfg.model.seq_len);
+        run.tasks.push_back(std::move(tr));
+      }
+      runs.push_back(std::move(run));
+    }
+  return runs;
+}
+
+json run_config_json(const Config& c) {
+  json j = c.to_json();  // flat: {"model.d_model": 256, ...}
+  j.erase("train.out_dir");
+  j.erase("train.time_limit");
+  return j;
+}
+
+std::string config_differences(const json& a, const json& b) {
+  if (a == b) return "";
+  std::set<std::string> keys;
+  for (const auto& [k, v] : b.items())
+    if (!a.contains(k) || a[k] != v) keys.insert(k);
+  for (const auto& [k, v] : a.items())
+    if (!b.contains(k)) keys.insert(k);
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+json tasks_json(const Grid& grid) {
+  json tasks = json::array();
+  for (const auto& t : grid.tasks)
+    tasks.push_back({{"name", t.name}, {"sets", t.sets}, {"steps", t.steps}, {"lengths", t.lengths}, {"samples", t.samples}});
+  return tasks;
+}
+
+json evaluations_json(const Grid& grid) {
+  return {{"analyze", grid.analyze}, {"analyze_sequences", grid.analyze ? grid.analyze_sequences : 0},
+          {"lengths", grid.lengths}, {"length_tokens", grid.lengths.empty() ? 0 : grid.length_tokens}, {"tasks", tasks_json(grid)}};
+}
+
+}  // namespace attnlab::compare

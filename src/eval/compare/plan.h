@@ -1,0 +1,51 @@
+// The plan of an `attnlab compare` grid: every run (variant × seed) and each of its task models with
+// the configuration it trains with (docs/compare.md "The grid file": defaults < preset < base set <
+// variant set < compare's own keys), resolved before any training so that a bad cell fails first;
+// and what a finished run records of its configuration and evaluations, to refuse mixing runs of an
+// edited grid on --resume.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "eval/compare.h"
+#include "eval/tasks.h"
+#include "model/config.h"
+
+namespace attnlab::compare {
+
+struct TaskRun {
+  const GridTask* task;
+  std::shared_ptr<const tasks::Task> gen;
+  Config cfg;
+  std::filesystem::path dir;
+};
+
+struct Run {
+  const GridVariant* v;
+  uint64_t seed;
+  std::string id;  // <variant>_s<seed>: the run's directory under runs_dir
+  Config cfg;
+  std::vector<TaskRun> tasks;
+};
+
+// Seed-major order (every variant with the first seed, then every variant with the next): a grid
+// stopped part-way has whole rounds of seeds to compare. The runs point into `grid`.
+std::vector<Run> plan_runs(const Grid& grid, const std::filesystem::path& runs_dir);
+
+// A run's configuration as compared between invocations: everything but where it writes and its
+// wall-clock limit.
+nlohmann::json run_config_json(const Config& c);
+// "" when equal, else the differing keys ("train.steps, model.d_model").
+std::string config_differences(const nlohmann::json& a, const nlohmann::json& b);
+
+// The grid's [tasks.NAME] as results.json's "grid" and each result.json's "evals" record them.
+nlohmann::json tasks_json(const Grid& grid);
+// What a run's evaluations were (checked when a finished run is skipped): a grid whose analyze,
+// lengths or tasks changed must not mix runs evaluated differently.
+nlohmann::json evaluations_json(const Grid& grid);
+
+}  // namespace attnlab::compare
