@@ -3,8 +3,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
 
 #include "kernels/simd.h"
 

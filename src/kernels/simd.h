@@ -63,11 +63,12 @@ struct Simd {
   static T reduce_add(V x) { return x; }
 };
 
-// One SIMD vector of Real as a GCC/Clang vector type, for kernels whose loops GCC 12 does not
-// vectorize well from `omp simd` (short fixed-length loops nested in others: it produced scalar code
-// or gathers there). W lanes: 32 bytes with AVX, else 16 — the widest width at which GCC 12 turns a
-// vector compare into one instruction (wider generic vectors are compared lane by lane); on
-// AVX-512 builds a 32-byte vector is half a register, which these small kernels do not miss.
+// The build target's version: one SIMD vector of Real as a GCC/Clang vector type, for kernels whose
+// loops GCC 12 does not vectorize well from `omp simd` (short fixed-length loops nested in others: it
+// produced scalar code or gathers there). W lanes: 32 bytes with AVX, else 16 — the widest width at
+// which GCC 12 turns a vector compare into one instruction (wider generic vectors are compared lane
+// by lane); on AVX-512 builds a 32-byte vector is half a register, which these small kernels do not
+// miss.
 #if defined(__AVX__)
 inline constexpr int kLaneBytes = 32;
 #else

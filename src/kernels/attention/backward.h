@@ -207,6 +207,8 @@ void split_queries(const AttentionShape& s, int n, int* bounds) { split_attentio
 
 namespace attnlab::kernels::ATTNLAB_KERNEL_SET {
 
+// The fast kernels of this set are documented at their public entry points in kernels/attention.h.
+
 // The query chunks' partial sums, then one pack per thread of the calling context's team.
 template <class T>
 size_t attention_backward_scratch_size(const AttentionShape& s) {
