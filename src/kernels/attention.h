@@ -51,6 +51,8 @@
 // The x86 sets are compiled by attention_avx512.cpp and attention_avx2.cpp (attention_set.inc);
 // attention.cpp picks one at run time and holds the float entry points.
 #pragma once
+// What the kernel sets' bodies (attention/set_body.h) use, included here, before any set's target
+// region: a standard header first included inside one would be compiled for that instruction set.
 #include <omp.h>
 
 #include <algorithm>
@@ -58,10 +60,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <string>
-#include <string_view>
 #include <type_traits>
-#include <vector>
 
 #include "core/error.h"
 #include "kernels/attention/kernel_set.h"
