@@ -3,8 +3,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
+
+#include "kernels/simd.h"
 
 namespace attnlab::kernels {
 
@@ -54,45 +54,14 @@ inline float exp_nonpositive(float x) {
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
 
-
-// One SIMD vector of Real as a GCC/Clang vector type, for kernels whose loops GCC 12 does not
-// vectorize well from `omp simd` (short fixed-length loops nested in others: it produced scalar code
-// or gathers there). W lanes: 32 bytes with AVX, else 16 — the widest width at which GCC 12 turns a
-// vector compare into one instruction (wider generic vectors are compared lane by lane); on
-// AVX-512 builds a 32-byte vector is half a register, which these small kernels do not miss.
-#if defined(__AVX__)
-inline constexpr int kLaneBytes = 32;
-#else
-inline constexpr int kLaneBytes = 16;
-#endif
-template <class Real>
-struct Lanes {
-  static constexpr int W = kLaneBytes / (int)sizeof(Real);
-  typedef Real V __attribute__((vector_size(kLaneBytes)));
-  typedef std::conditional_t<sizeof(Real) == 4, int32_t, int64_t> Mask __attribute__((vector_size(kLaneBytes)));
-  static V load(const Real* p) {
-    V v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(Real* p, V v) { std::memcpy(p, &v, sizeof v); }
-  static V splat(Real x) { return V{} + x; }
-  // std::max(a, b) per lane: b exactly where a < b, as std::max does (so a NaN in a passes through).
-  static V max(V a, V b) {
-    const Mask take_b = a < b;
-    return std::bit_cast<V>((std::bit_cast<Mask>(a) & ~take_b) | (std::bit_cast<Mask>(b) & take_b));
-  }
-};
-
-
 // out[k] = a·b[k] (C terms each) for k < m ≤ 4: the four products share a's loads and run as eight
 // independent accumulator chains of whole vectors (one dot product alone is bound by its FMA
 // chain's latency), reduced across lanes once at the end; b[k] for k ≥ m may repeat a row (its sum
-// is not stored). Lanes rather than an `omp simd` loop over a 16-float block: GCC 12 compiled that
-// form to about half this speed with the data in L1.
+// is not stored). Simd vectors (kernels/simd.h) rather than an `omp simd` loop over a 16-float
+// block: GCC 12 compiled that form to about half this speed with the data in L1.
 template <class Real>
 void dots4(Real* out, const Real* a, const Real* const* b, int m, int C) {
-  using L = Lanes<Real>;
+  using L = Simd<Real>;
   using V = typename L::V;
   constexpr int W = L::W;
   V acc[4][2] = {};

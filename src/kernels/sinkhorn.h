@@ -48,17 +48,17 @@ void exp_shifted(Real* m, const Real* logits, int n) {
 
 namespace batch_detail {
 // Entry k of all kSinkhornMaxGroup matrices is G = 16 consecutive values, processed as G/W vectors
-// of W lanes (kernels/math.h's Lanes). Vector types rather than `omp simd` loops over the group:
+// of W lanes (Simd<Real>, kernels/simd.h). Vector types rather than `omp simd` loops over the group:
 // GCC 12 made those 16-iteration loops, nested in the loops over n, scalar code or gathers (several
 // times slower than this for the forward and backward of n = 4, 20 iterations).
 
 // dst = src with its columns (by_rows = false) or rows (true) divided by their sums, all matrices.
 template <class Real>
 void normalize(Real* dst, const Real* src, int n, bool by_rows) {
-  using L = Lanes<Real>;
+  using L = Simd<Real>;
   static_assert(kSinkhornMaxGroup % L::W == 0);
   constexpr int G = kSinkhornMaxGroup, Chunks = G / L::W;
-  const typename L::V floor = L::splat(Real(kSinkhornFloor));
+  const typename L::V floor = L::set1(Real(kSinkhornFloor));
   for (int a = 0; a < n; ++a) {
     typename L::V inv[Chunks] = {};
     for (int b = 0; b < n; ++b) {
@@ -76,7 +76,7 @@ void normalize(Real* dst, const Real* src, int n, bool by_rows) {
 // m = exp(logits − max over each matrix's entries); m may alias logits.
 template <class Real>
 void exp_shifted(Real* m, const Real* logits, int nn) {
-  using L = Lanes<Real>;
+  using L = Simd<Real>;
   constexpr int G = kSinkhornMaxGroup, Chunks = G / L::W;
   typename L::V mx[Chunks];
   for (int c = 0; c < Chunks; ++c) mx[c] = L::load(logits + c * L::W);
@@ -154,7 +154,7 @@ void sinkhorn_forward_batch(Real* m, int n, int iters) {
 // work: sinkhorn_work_size(n, iters)·G entries.
 template <class Real>
 void sinkhorn_backward_batch(Real* dlogits, const Real* dout, const Real* logits, int n, int iters, Real* work) {
-  using L = Lanes<Real>;
+  using L = Simd<Real>;
   using V = typename L::V;
   constexpr int G = kSinkhornMaxGroup, W = L::W, Chunks = G / W;
   const int nn = n * n;
@@ -163,7 +163,7 @@ void sinkhorn_backward_batch(Real* dlogits, const Real* dout, const Real* logits
   for (int k = 0; k < 2 * iters; ++k) batch_detail::normalize(work + (k + 1) * step, work + k * step, n, k % 2 == 1);
   Real* g = work + (size_t)(2 * iters + 1) * step;
   std::copy(dout, dout + step, g);
-  const V floor = L::splat(Real(kSinkhornFloor));
+  const V floor = L::set1(Real(kSinkhornFloor));
   for (int k = 2 * iters - 1; k >= 0; --k) {
     const Real* in = work + k * step;
     const Real* out = work + (k + 1) * step;
