@@ -94,8 +94,4 @@ struct Simd<Real, SimdBuildTarget> {
   }
 };
 
-// The former name of Simd<Real> (the build target), still used by src/model/residual/streams.h.
-template <class Real>
-using Lanes = Simd<Real>;
-
 }  // namespace attnlab::kernels

@@ -40,11 +40,11 @@ void add_column_sums(T* out, const T* rows, int N, int M, int ld) {
 // oneDNN runs this narrow shape, P = 24, below its rate on the model's own products: gemm_bench). Blocks of 4 rows × 3 vectors of
 // columns are held in registers across C.
 template <class T>
-inline constexpr int kProjectBlock = 3 * kernels::Lanes<T>::W;
+inline constexpr int kProjectBlock = 3 * kernels::Simd<T>::W;
 
 template <class T>
 void project_rows(T* out, const T* x, const T* Wt, size_t ld_w, size_t r0, size_t r1, int P, int C) {
-  using L = kernels::Lanes<T>;
+  using L = kernels::Simd<T>;
   using V = typename L::V;
   constexpr int W = L::W;
   for (size_t r = r0; r < r1; r += 4) {
@@ -84,7 +84,7 @@ void project_rows(T* out, const T* x, const T* Wt, size_t ld_w, size_t r0, size_
 // slower in a standalone loop).
 template <class T>
 void add_outer_rows(T* acc, size_t ld_acc, const T* zs, const T* x, size_t r0, size_t r1, int P, int C, T* pack) {
-  using L = kernels::Lanes<T>;
+  using L = kernels::Simd<T>;
   using V = typename L::V;
   constexpr int W = L::W, Cols = 2 * W, J = 6;  // 6 rows of acc × 2 vectors: 12 accumulators
   const size_t rows = r1 - r0;
@@ -134,7 +134,7 @@ void add_outer_rows(T* acc, size_t ld_acc, const T* zs, const T* x, size_t r0, s
 template <class T>
 void project_back_rms_ng_rows(T* dx, const T* zs, const T* a, const T* WT, size_t ld_wt, const T* x, const T* rstd, size_t r0,
                               size_t r1, int P, int C) {
-  using L = kernels::Lanes<T>;
+  using L = kernels::Simd<T>;
   using V = typename L::V;
   constexpr int W = L::W, Cols = 2 * W;  // columns per register block: 4 rows × 2 vectors of accumulators
   for (size_t r = r0; r < r1; r += 4) {
@@ -247,7 +247,7 @@ void combine(T* y, const T* coef, const T* X, size_t stride, int n, int C, const
 // separate pass over the state.
 template <class T>
 T inv_rms(const T* x, int C) {
-  using L = kernels::Lanes<T>;
+  using L = kernels::Simd<T>;
   using V = typename L::V;
   constexpr int W = L::W;
   V acc[4] = {};  // four independent accumulator chains
