@@ -11,7 +11,7 @@
 
 #include "core/arena.h"
 #include "core/bf16.h"
-#include "kernels/attention.h"
+#include "kernels/attention/shape.h"
 #include "kernels/cross_entropy.h"
 #include "model/attention/mechanism.h"
 #include "model/config.h"

@@ -6,7 +6,7 @@
 // The observer is called from the uncached forward only (training workspace: eval_loss, logits,
 // train_micro_step), never from forward_cached.
 #pragma once
-#include "kernels/attention.h"
+#include "kernels/attention/shape.h"
 #include "kernels/goat.h"
 
 namespace attnlab {

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "kernels/attention.h"
+#include "kernels/attention/shape.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/trace.h"
