@@ -14,11 +14,7 @@ class Alibi final : public AttentionMechanism<T> {
     for (int l = 0; l < cfg.model.n_layer; ++l) layers_.push_back(cfg.attn.pos_at(l) == "alibi");
     for (double m : alibi_slopes(cfg.model.n_head)) slopes_.push_back(T(m));
   }
-  bool active() const {
-    for (bool on : layers_)
-      if (on) return true;
-    return false;
-  }
+  bool active() const { return any_layer(layers_); }
   const char* name() const override { return "alibi"; }
   bool acts_on(int layer) const override { return layers_[layer]; }
   void kernel_terms(AttentionPass<T>& p) const override { p.extras.alibi_slopes = slopes_.data(); }

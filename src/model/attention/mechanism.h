@@ -182,11 +182,10 @@ void set_mechanism_constructors(MechanismInfo& info) {
   };
 }
 
-// Layer selection of a per-layer mechanism: a list of layers (empty = all).
-inline bool layer_listed(const std::vector<int>& layers, int layer) {
-  if (layers.empty()) return true;
-  for (int l : layers)
-    if (l == layer) return true;
+// Whether a per-layer mechanism acts on any layer (its constructor's flags).
+inline bool any_layer(const std::vector<bool>& layers) {
+  for (bool on : layers)
+    if (on) return true;
   return false;
 }
 

@@ -65,11 +65,7 @@ class QkNorm final : public AttentionMechanism<T> {
     const bool on = mechanism_option(cfg, "attn.qk_norm") == "on";
     for (int l = 0; l < cfg.model.n_layer; ++l) layers_.push_back(on && cfg.attn.pos_at(l) != "goat");
   }
-  bool active() const {
-    for (bool on : layers_)
-      if (on) return true;
-    return false;
-  }
+  bool active() const { return any_layer(layers_); }
   const char* name() const override { return "qk_norm"; }
   bool acts_on(int layer) const override { return layers_[layer]; }
   void register_params(ParamRegistry& reg, int layer, const std::string& prefix) const override {

@@ -13,11 +13,7 @@ class Rope final : public AttentionMechanism<T> {
   explicit Rope(const Config& cfg) : cfg_(cfg) {
     for (int l = 0; l < cfg.model.n_layer; ++l) layers_.push_back(cfg.attn.pos_at(l) == "rope");
   }
-  bool active() const {
-    for (bool on : layers_)
-      if (on) return true;
-    return false;
-  }
+  bool active() const { return any_layer(layers_); }
   const char* name() const override { return "rope"; }
   bool acts_on(int layer) const override { return layers_[layer]; }
   void ensure_positions(int n) override {
