@@ -1,0 +1,10 @@
+// attnlab public API, all of it: configurations, models, data sources, training and comparison
+// grids. Link the CMake target attnlab::attnlab (find_package(attnlab)).
+#pragma once
+#include "attnlab/compare.h"
+#include "attnlab/config.h"
+#include "attnlab/data.h"
+#include "attnlab/error.h"
+#include "attnlab/model.h"
+#include "attnlab/trainer.h"
+#include "attnlab/version.h"
