@@ -9,11 +9,14 @@
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "attnlab/attnlab.h"
+#include "core/denormals.h"
 #include "core/gemm.h"
 #include "core/rng.h"
+#include "train/trainer.h"
 #include "train_util.h"
 
 namespace api = attnlab::api;
@@ -154,6 +157,47 @@ TEST(Api, TrainingFromMemoryLowersTheLossAndCallsBackOncePerStep) {
   api::Model trained = api::Model::load(r.checkpoint);
   const auto t = pattern_tokens(17, 50);
   EXPECT_LT(trained.loss({t.begin(), t.end() - 1}, {t.begin() + 1, t.end()}, 1, 16), std::log(50.0) * 0.5);
+  fs::remove_all(dir);
+}
+
+// train() on data.dir is the library's loop as `attnlab train` runs it (FTZ/DAZ set): the same
+// losses bit for bit as the internal train() under the same floating-point mode.
+TEST(Api, TrainOnDataDirEqualsTheInternalLoop) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "datadir");
+  attnlab::test_util::write_learnable_shards(dir, 50);
+  const api::Config cfg = small_config(dir / "api")
+                              .set("train.steps", 12)
+                              .set("train.eval_every", 6)
+                              .set("attn.pos", "alibi")
+                              .set("data.dir", "\"" + dir.string() + "\"");
+  const api::TrainResult r = api::train(cfg);
+  attnlab::Config internal = attnlab::Config::from_json(nlohmann::json::parse(cfg.to_json_string()), "test");
+  internal.train.out_dir = (dir / "internal").string();
+  attnlab::TrainOptions quiet;
+  quiet.quiet = true;
+  attnlab::TrainSummary s;
+  {
+    attnlab::ScopedFlushDenormals flush;
+    s = attnlab::train(internal, quiet);
+  }
+  EXPECT_EQ(r.losses, s.losses);
+  EXPECT_EQ(r.val_loss, s.val_loss);
+  fs::remove_all(dir);
+}
+
+// Two Models on two threads at once (the promise of model.h): each gives what it gives alone.
+TEST(Api, TwoModelsOnTwoThreads) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "threads");
+  api::Model a = api::Model::create(small_config(dir), 1), b = api::Model::create(small_config(dir).set("attn.xsa", "on"), 2);
+  const std::vector<int32_t> tokens = pattern_tokens(32, 50);
+  const std::vector<float> alone_a = a.forward(tokens, 2, 16), alone_b = b.forward(tokens, 2, 16);
+  std::vector<float> together_a, together_b;
+  std::thread ta([&] { for (int i = 0; i < 50; ++i) together_a = a.forward(tokens, 2, 16); });
+  std::thread tb([&] { for (int i = 0; i < 50; ++i) together_b = b.forward(tokens, 2, 16); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(alone_a, together_a);
+  EXPECT_EQ(alone_b, together_b);
   fs::remove_all(dir);
 }
 
