@@ -30,6 +30,8 @@ class Config {
   static Config from_file(const std::string& path);
   // Configuration text in the same syntax; `origin` names it in error messages.
   static Config from_text(const std::string& text, const std::string& origin = "configuration text");
+  // The configuration stored in a checkpoint written by attnlab (every key, resolved).
+  static Config from_checkpoint(const std::string& path);
 
   // Appends one assignment. The value is written as in a file: 2, 3e-3, true, on, "a/path", [0, 1].
   Config& set(const std::string& key, const std::string& value);
@@ -38,8 +40,12 @@ class Config {
   Config& set(const std::string& key, int value) { return set(key, (long long)value); }
   Config& set(const std::string& key, double value);
   Config& set(const std::string& key, bool value);
+  // Appends one assignment written "key=value" (as `attnlab train --set key=value`; errors name it).
+  Config& set_override(const std::string& key_equals_value);
   // Appends every assignment of `other` (its preset, file and sets, in order).
   Config& merge(const Config& other);
+  // Removes every assignment of `key` made so far (the key returns to its default or derived value).
+  Config& unset(const std::string& key);
 
   // Applies and validates the assignments; throws attnlab::Error naming the key and its origin.
   void resolve() const;

@@ -6,6 +6,7 @@
 
 #include "api/internal.h"
 #include "core/error.h"
+#include "train/checkpoint.h"
 
 namespace attnlab::api {
 
@@ -39,6 +40,18 @@ Config Config::from_text(const std::string& text, const std::string& origin) {
   Config c;
   c.impl_->assignments = parse_config_text(text, origin);
   return c;
+}
+
+Config Config::from_checkpoint(const std::string& path) { return from_resolved(read_checkpoint_config(path), path); }
+
+Config& Config::set_override(const std::string& key_equals_value) {
+  impl_->assignments.push_back(parse_override(key_equals_value));
+  return *this;
+}
+
+Config& Config::unset(const std::string& key) {
+  std::erase_if(impl_->assignments, [&](const Assignment& a) { return a.key == key; });
+  return *this;
 }
 
 Config& Config::set(const std::string& key, const std::string& value) {
