@@ -16,6 +16,11 @@ struct CompareParams {
   bool resume = false;   // continue the grid in out_dir: finished runs are skipped
   bool quiet = true;     // no progress display
   bool report = true;    // write report.html
+  // Train nothing: write results.json, results.md and report.html from the runs finished so far
+  // (marked partial); may run beside a compare that is still training.
+  bool summarize_only = false;
+  int stop_after_runs = -1;   // stop after this many runs finish in this call (-1: no)
+  int stop_after_steps = -1;  // stop the first unfinished run after this many steps (-1: no)
 };
 CompareParams default_compare_params();
 
@@ -35,7 +40,8 @@ struct VariantSummary {
 };
 
 struct CompareResult {
-  bool complete = false;              // every run finished (false: stopped early, partial summary)
+  bool complete = false;              // every run finished (false: stopped early; the summary, if
+                                      // any, covers the runs finished so far)
   std::string results_json;           // path of results.json
   std::vector<VariantSummary> variants;  // in grid order
 };
@@ -46,5 +52,7 @@ CompareResult compare_grid_text(const std::string& text, const CompareParams& pa
                                 const std::string& origin = "grid text");
 // The summary of a results.json written by a compare.
 CompareResult read_compare_results(const std::string& results_json);
+// The self-contained HTML report of a results.json (`attnlab report`), written atomically to html_out.
+void write_compare_report(const std::string& results_json, const std::string& html_out);
 
 }  // namespace attnlab::api

@@ -9,6 +9,7 @@
 #include "core/denormals.h"
 #include "core/error.h"
 #include "eval/compare.h"
+#include "eval/report.h"
 
 namespace attnlab::api {
 namespace {
@@ -21,18 +22,37 @@ CompareResult run(const Grid& grid, const CompareParams& params) {
   o.resume = params.resume;
   o.quiet = params.quiet;
   o.report = params.report;
+  o.summarize_only = params.summarize_only;
+  o.stop_after_runs = params.stop_after_runs;
+  o.stop_after_steps = params.stop_after_steps;
   bool complete = false;
   {
     ScopedFlushDenormals flush;
     complete = run_compare(grid, o);
   }
+  // Stopped early, results.json is not written (or is an earlier, partial one).
   const std::string path = (std::filesystem::path(params.out_dir) / "results.json").string();
-  if (!complete) {
-    CompareResult r;  // stopped early (a signal): the runs so far are in out_dir, no summary yet
-    r.results_json = path;
-    return r;
+  CompareResult r;
+  if ((complete || params.summarize_only) && std::filesystem::exists(path)) r = read_compare_results(path);
+  r.results_json = path;
+  r.complete = complete;
+  return r;
+}
+
+// results.json as JSON, checked to be a compare document of this version; errors name the file.
+nlohmann::json read_results_document(const std::string& results_json) {
+  std::ifstream f(results_json);
+  if (!f) fail("results file ", results_json, ": cannot be opened");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    fail("results file ", results_json, ": not JSON (", e.what(), ")");
   }
-  return read_compare_results(path);
+  if (j.value("schema", "") != kCompareSchema) fail("results file ", results_json, ": schema is not ", kCompareSchema);
+  if (j.value("version", 0) != kCompareVersion)
+    fail("results file ", results_json, ": version ", j.value("version", 0), ", this tool reads ", kCompareVersion);
+  return j;
 }
 
 }  // namespace
@@ -48,15 +68,7 @@ CompareResult compare_grid_text(const std::string& text, const CompareParams& pa
 }
 
 CompareResult read_compare_results(const std::string& results_json) {
-  std::ifstream f(results_json);
-  if (!f) fail("results file ", results_json, ": cannot be opened");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    fail("results file ", results_json, ": not JSON (", e.what(), ")");
-  }
-  if (j.value("schema", "") != kCompareSchema) fail("results file ", results_json, ": schema is not ", kCompareSchema);
+  nlohmann::json j = read_results_document(results_json);
   CompareResult r;
   r.results_json = results_json;
   r.complete = !j.contains("partial");
@@ -86,6 +98,21 @@ CompareResult read_compare_results(const std::string& results_json) {
     fail("results file ", results_json, ": not a compare document this library can read (", e.what(), ")");
   }
   return r;
+}
+
+void write_compare_report(const std::string& results_json, const std::string& html_out) {
+  nlohmann::json j = read_results_document(results_json);
+  // The summary is derived from the runs: recomputing it gives a document written by an older
+  // attnlab the current statistics (e.g. the paired test) and cannot disagree with its runs.
+  std::string html;
+  try {
+    if (j.contains("runs") && j["runs"].is_array() && j.contains("grid")) summarize_results(j);
+    else if (!j.contains("summary")) fail("results file ", results_json, ": has neither runs nor a summary");
+    html = render_report_html(j);
+  } catch (const nlohmann::json::exception& e) {
+    fail("results file ", results_json, ": not a compare document this tool can read (", e.what(), ")");
+  }
+  write_file_atomic(html_out, html);
 }
 
 }  // namespace attnlab::api
