@@ -160,6 +160,31 @@ TEST(Api, TrainingFromMemoryLowersTheLossAndCallsBackOncePerStep) {
   fs::remove_all(dir);
 }
 
+// Resuming a run fed by a DataSource: the source is brought to where it was (DataSource::skip),
+// and the resumed run's losses equal the uninterrupted run's, bit for bit.
+TEST(Api, ResumeWithADataSourceIsExact) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "resume");
+  auto losses_of = [&](const std::string& name, bool interrupted) {
+    const api::Config cfg = small_config(dir / name).set("train.steps", 12).set("train.ckpt_every", 4);
+    std::vector<double> losses;
+    api::TrainParams p = api::default_train_params();
+    p.on_step = [&](int64_t, double loss, double) { losses.push_back(loss); };
+    if (interrupted) {
+      auto first = api::tokens_data_source(pattern_tokens(3000, 50));
+      p.stop_after = 5;
+      const api::TrainResult r = api::train(cfg, *first, p);
+      EXPECT_EQ(r.steps, 5);
+      p.stop_after = -1;
+      p.resume = r.checkpoint;
+    }
+    auto source = api::tokens_data_source(pattern_tokens(3000, 50));
+    api::train(cfg, *source, p);
+    return losses;
+  };
+  EXPECT_EQ(losses_of("once", false), losses_of("twice", true));
+  fs::remove_all(dir);
+}
+
 // train() on data.dir is the library's loop as `attnlab train` runs it (FTZ/DAZ set): the same
 // losses bit for bit as the internal train() under the same floating-point mode.
 TEST(Api, TrainOnDataDirEqualsTheInternalLoop) {
