@@ -1,10 +1,11 @@
 // attnlab from an application: train a tiny model on tokens held in memory, save it, load it back,
-// check the reloaded model gives the same logits, generate, and run a two-variant comparison grid.
-// Every check prints what it checks; any failure exits with status 1.
+// check the reloaded model gives the same logits, generate, prepare a corpus from text files and run
+// a two-variant comparison grid on it. Every check prints what it checks; any failure exits with
+// status 1.
 //
-//   train_and_compare DATA_DIR OUT_DIR
-// DATA_DIR: a corpus prepared with `attnlab prepare ... --vocab 400` (the comparison trains on it).
-// OUT_DIR: scratch for the runs (created; its contents are replaced).
+//   train_and_compare OUT_DIR TEXT_FILE...
+// OUT_DIR: scratch for the corpus and the runs (created; its contents are replaced).
+// TEXT_FILE: UTF-8 text for the comparison's corpus (a few tens of KB suffice: tests/data/*.txt).
 #include <attnlab/attnlab.h>
 
 #include <cmath>
@@ -35,12 +36,12 @@ std::vector<int32_t> pattern(size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s DATA_DIR OUT_DIR\n", argv[0]);
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s OUT_DIR TEXT_FILE...\n", argv[0]);
     return 2;
   }
-  const std::string data_dir = argv[1];
-  const std::filesystem::path out = argv[2];
+  const std::filesystem::path out = argv[1];
+  const std::vector<std::string> texts(argv + 2, argv + argc);
   try {
     std::printf("attnlab %s (headers %s)\n", api::library_version(), ATTNLAB_VERSION_STRING);
     std::filesystem::remove_all(out);
@@ -97,7 +98,15 @@ int main(int argc, char** argv) {
     for (size_t i = prompt.size(); i < generated.size(); ++i) right += generated[i] == expected[i];
     check(right >= 6, "greedy generation continues the pattern (" + std::to_string(right) + " of 8 ids right)");
 
-    // 4. A two-variant comparison grid on the prepared corpus.
+    // 4. A corpus from the text files, and a two-variant comparison grid on it.
+    api::PrepareParams prep = api::default_prepare_params();
+    prep.inputs = texts;
+    prep.out_dir = (out / "data").string();
+    prep.vocab_size = 400;
+    api::prepare_data(prep);
+    const std::string data_dir = prep.out_dir;
+    check(std::filesystem::exists(out / "data" / "train.bin") && std::filesystem::exists(out / "data" / "tokenizer.model"),
+          "prepare_data wrote a tokenizer and token shards (vocabulary 400)");
     const std::string grid = "name = \"example\"\npreset = \"tiny\"\n"
                              "set = [\"data.dir=" + data_dir + "\", \"model.vocab_size=400\", \"train.eval_every=4\"]\n"
                              "steps = 8\nseeds = [1, 2]\nbaseline = \"rope\"\n"

@@ -32,6 +32,22 @@ class DataSource {
   virtual std::string describe() const { return "a user data source"; }
 };
 
+// A corpus for training on: `attnlab prepare` (docs/data.md). From UTF-8 text files, a SentencePiece
+// BPE tokenizer (tokenizer.model) and token shards (train.bin, val.bin); from FASTA files (plain or
+// .gz), nucleotide tokens instead. Give inputs or dna_inputs, not both.
+struct PrepareParams {
+  std::vector<std::string> inputs;      // UTF-8 text files
+  std::vector<std::string> dna_inputs;  // FASTA files
+  std::string out_dir;                  // created if missing
+  int vocab_size = 8192;                // text: 260 .. 65536
+  double val_fraction = 0.02;           // share held out for val.bin, in (0, 0.5]
+  uint64_t seed = 1337;                 // text: the tokenizer's sample and the train/val split
+  bool quiet = true;                    // no progress lines on stdout
+};
+PrepareParams default_prepare_params();
+// Writes out_dir/{tokenizer.model (text), train.bin, val.bin, prepare.json}, each atomically.
+void prepare_data(const PrepareParams& params);
+
 // Consecutive windows of T + 1 tokens from `tokens` (window w: tokens [w·T, w·T + T]), rows in
 // order, wrapping to the start when the vector runs out. Needs at least T + 1 tokens.
 std::unique_ptr<DataSource> tokens_data_source(std::vector<int32_t> tokens);

@@ -3,7 +3,9 @@
 
 #include "attnlab/data.h"
 #include "core/error.h"
+#include "data/dna.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/shard.h"
 
 namespace attnlab::api {
@@ -76,6 +78,30 @@ class ShardDataSource final : public DataSource {
 };
 
 }  // namespace
+
+PrepareParams default_prepare_params() { return PrepareParams{}; }
+
+void prepare_data(const PrepareParams& params) {
+  if (!params.dna_inputs.empty()) {
+    if (!params.inputs.empty()) fail("prepare: give either --input (text) or --dna (FASTA), not both");
+    DnaPrepareOptions d;
+    d.inputs = params.dna_inputs;
+    d.out_dir = params.out_dir;
+    d.val_fraction = params.val_fraction;
+    d.verbose = !params.quiet;
+    prepare_dna(d);
+    return;
+  }
+  if (params.inputs.empty()) fail("prepare: give --input FILE (text) or --dna FASTA");
+  PrepareOptions o;
+  o.inputs = params.inputs;
+  o.out_dir = params.out_dir;
+  o.vocab_size = params.vocab_size;
+  o.val_fraction = params.val_fraction;
+  o.seed = params.seed;
+  o.verbose = !params.quiet;
+  prepare(o);
+}
 
 std::unique_ptr<DataSource> tokens_data_source(std::vector<int32_t> tokens) {
   return std::make_unique<TokensDataSource>(std::move(tokens));
