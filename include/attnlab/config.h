@@ -56,7 +56,8 @@ class Config {
   std::string dump() const;
   // The resolved configuration as a flat JSON object of dotted keys (what checkpoints store).
   std::string to_json_string() const;
-  // Equal when both resolve to the same configuration (however they were written).
+  // Equal when both resolve to the same configuration (however they were written); throws
+  // attnlab::Error when either does not resolve.
   bool operator==(const Config& other) const;
 
   Config(const Config& other);

@@ -8,8 +8,11 @@
 // It is the same loop as `attnlab train` (gradient accumulation, schedule, clipping, AdamW,
 // periodic validation, checkpoints and metrics.jsonl in train.out_dir): the same configuration
 // and data give the same losses, bit for bit.
-// Thread-safety: train() may run on several threads at once, each with its own Config, DataSource
-// and train.out_dir; the callbacks run on the thread that called train().
+// Signals: for its duration, train() takes SIGINT and SIGTERM (blocked on the calling thread and
+// the OpenMP workers, waited for by a thread of its own): either stops the run cleanly after the
+// current step, with a checkpoint (TrainResult::interrupted). The previous mask is restored after.
+// Thread-safety: one train() per process at a time (the signal handling above is process-wide);
+// Models may be used on other threads meanwhile. The callbacks run on the thread that called train().
 #pragma once
 #include <cstdint>
 #include <functional>
