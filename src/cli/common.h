@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "attnlab/config.h"
-#include "model/config.h"
+
+namespace attnlab {
+struct Config;  // model/config.h: included by the subcommands that resolve internal configurations
+}
 
 namespace attnlab::cli {
 
