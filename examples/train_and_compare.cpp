@@ -107,6 +107,11 @@ int main(int argc, char** argv) {
     const std::string data_dir = prep.out_dir;
     check(std::filesystem::exists(out / "data" / "train.bin") && std::filesystem::exists(out / "data" / "tokenizer.model"),
           "prepare_data wrote a tokenizer and token shards (vocabulary 400)");
+    const api::Tokenizer tok = api::Tokenizer::load((out / "data" / "tokenizer.model").string());
+    const std::string sentence = "In the beginning God created the heaven and the earth.";
+    const std::vector<int32_t> sentence_ids = tok.encode(sentence);
+    check(tok.vocab_size() == 400 && !sentence_ids.empty() && tok.decode(sentence_ids) == sentence,
+          "its tokenizer encodes a sentence into " + std::to_string(sentence_ids.size()) + " ids and decodes it back");
     const std::string grid = "name = \"example\"\npreset = \"tiny\"\n"
                              "set = [\"data.dir=" + data_dir + "\", \"model.vocab_size=400\", \"train.eval_every=4\"]\n"
                              "steps = 8\nseeds = [1, 2]\nbaseline = \"rope\"\n"
