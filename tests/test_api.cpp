@@ -58,6 +58,10 @@ TEST(Api, ConfigBuiltInCodeEqualsText) {
   EXPECT_EQ(built.to_json_string(), text.to_json_string());
   EXPECT_NE(built.dump().find("model.n_layer = 3"), std::string::npos) << built.dump();
   EXPECT_FALSE(built == api::Config::preset("tiny"));
+  // Every integer type sets exactly (a uint64_t seed above 2^53 as well).
+  const uint64_t seed = (uint64_t(1) << 60) + 1;
+  EXPECT_EQ(api::Config::preset("tiny").set("train.seed", seed).get("train.seed"), std::to_string(seed));
+  EXPECT_EQ(api::Config::preset("tiny").set("model.n_layer", 3u).get("model.n_layer"), "3");
 }
 
 TEST(Api, InvalidKeyThrowsErrorNamingTheKey) {

@@ -16,6 +16,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "attnlab/error.h"
 
@@ -36,8 +37,12 @@ class Config {
   // Appends one assignment. The value is written as in a file: 2, 3e-3, true, on, "a/path", [0, 1].
   Config& set(const std::string& key, const std::string& value);
   Config& set(const std::string& key, const char* value) { return set(key, std::string(value)); }
-  Config& set(const std::string& key, long long value);
-  Config& set(const std::string& key, int value) { return set(key, (long long)value); }
+  // Any integer type (int, uint64_t seeds, ...), exactly.
+  template <class Integer>
+    requires(std::is_integral_v<Integer> && !std::is_same_v<Integer, bool>)
+  Config& set(const std::string& key, Integer value) {
+    return set(key, std::to_string(value));
+  }
   Config& set(const std::string& key, double value);
   Config& set(const std::string& key, bool value);
   // Appends one assignment written "key=value" (as `attnlab train --set key=value`; errors name it).

@@ -60,8 +60,6 @@ Config& Config::set(const std::string& key, const std::string& value) {
   return *this;
 }
 
-Config& Config::set(const std::string& key, long long value) { return set(key, std::to_string(value)); }
-
 Config& Config::set(const std::string& key, double value) {
   if (!std::isfinite(value)) fail("Config::set(\"", key, "\"): ", value, " is not a finite number");
   char buf[40];
