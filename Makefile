@@ -5,6 +5,8 @@
 #                path of its HTML report. Run again, it resumes (finished runs are skipped).
 #   make train-demo — the plain single-model path: train the small model (170 s budget), print the
 #                validation loss and a sample.
+#   make example — install the library into a temporary prefix, build examples/ against it
+#                (find_package(attnlab)) and run it (scripts/example_check.sh; about 10 s after a build).
 #   make test  — install the test dependencies too, build everything and run the whole CTest suite
 #                (long checks are opt-in: make test-long). PRESET=portable builds one binary for any
 #                x86-64-v2 CPU (the attention kernels pick AVX-512 / AVX2 at run time).
@@ -17,7 +19,7 @@ RUN ?= runs/demo
 GRID ?= configs/grids/quick.toml
 GRID_OUT ?= runs/quick
 
-.PHONY: demo train-demo test test-long build build-tool deps deps-test bench bench-pytorch corpus clean
+.PHONY: demo train-demo test test-long example build build-tool deps deps-test bench bench-pytorch corpus clean
 
 deps:
 	@bash scripts/install_deps.sh demo
@@ -52,6 +54,9 @@ train-demo: corpus
 
 test: build
 	@ctest --preset $(PRESET)
+
+example: build
+	bash scripts/example_check.sh $(BUILD)
 
 test-long: build
 	@ctest --test-dir $(BUILD) -L long --output-on-failure

@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "eval/long_context.h"
 #include "eval/npy.h"
+#include "eval/sampling.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 #include "train/trainer.h"
@@ -153,26 +154,6 @@ void run_forward(const ForwardArgs& a) {
   std::printf("wrote %s: logits [%d, %d, %d]\n", a.out.c_str(), B, T, V);
 }
 
-// Draws the next id among the first V logits (the tokenizer's ids: a model vocabulary larger than
-// the tokenizer's has rows no text can decode).
-int sample_token(const std::vector<float>& logits, int V, std::vector<int>& order, const SampleArgs& a, Rng& rng) {
-  if (a.temperature == 0) return int(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
-  std::iota(order.begin(), order.begin() + V, 0);
-  int k = a.top_k > 0 ? std::min(a.top_k, V) : V;
-  if (k < V)
-    std::partial_sort(order.begin(), order.begin() + k, order.begin() + V, [&](int x, int y) { return logits[x] > logits[y]; });
-  double mx = -INFINITY;
-  for (int i = 0; i < k; ++i) mx = std::max(mx, (double)logits[order[i]]);
-  double z = 0;
-  for (int i = 0; i < k; ++i) z += std::exp((logits[order[i]] - mx) / a.temperature);
-  double u = rng.uniform() * z;
-  for (int i = 0; i < k; ++i) {
-    u -= std::exp((logits[order[i]] - mx) / a.temperature);
-    if (u <= 0) return order[i];
-  }
-  return order[k - 1];
-}
-
 void run_sample(const SampleArgs& a) {
   // The options first, each error naming the option.
   if (!std::isfinite(a.temperature) || a.temperature < 0)
@@ -215,7 +196,8 @@ void run_sample(const SampleArgs& a) {
       if (!std::isfinite(logits[v]))
         fail("checkpoint ", a.checkpoint, ": the model gives a non-finite logit (", logits[v], " for id ", v,
              " at generated token ", i, "); its weights are damaged or the run diverged");
-    int32_t next = sample_token(logits, tok_vocab, order, a, rng);
+    // (Among the tokenizer's ids: a model vocabulary larger than the tokenizer's has rows no text can decode.)
+    int32_t next = sample_token(logits, tok_vocab, order, a.temperature, a.top_k, rng);
     out.push_back(next);
     if (i + 1 < n) model->forward_cached(logits.data(), &next, 1, true);
   }

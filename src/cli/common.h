@@ -7,7 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "attnlab/config.h"
+
+namespace attnlab {
+struct Config;  // model/config.h: included by the subcommands that resolve internal configurations
+}
 
 namespace attnlab::cli {
 
@@ -16,11 +20,14 @@ struct ConfigArgs {
   std::vector<std::string> sets;
   void add_to(CLI::App* cmd);
   Config resolve() const;  // defaults < preset < file < --set; prints nothing
+  // The same assignments as a public-API configuration (resolved on use, with the same errors).
+  api::Config api_config() const;
 };
 
 // The configuration stored in a checkpoint, plus --set overrides (e.g. more train.steps): what
 // `--resume` trains with when no --config or --preset is given.
 Config resume_config(const std::string& checkpoint, const std::vector<std::string>& sets);
+api::Config resume_api_config(const std::string& checkpoint, const std::vector<std::string>& sets);
 
 // Reads token ids: an llm.c shard (by its magic) → one sequence; otherwise a text file with one
 // sequence of whitespace-separated ids per line (all lines the same length). Errors name the file.

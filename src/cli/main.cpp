@@ -37,6 +37,28 @@ Config ConfigArgs::resolve() const {
   return resolve_config(as);
 }
 
+api::Config ConfigArgs::api_config() const {
+  api::Config c;
+  if (!preset.empty()) {
+    if (!preset_config_text(preset)) fail("--preset ", preset, ": unknown preset (choose tiny, small or bench)");
+    c = api::Config::preset(preset);
+  }
+  if (!config_file.empty()) c.merge(api::Config::from_file(config_file));
+  for (const auto& s : sets) c.set_override(s);
+  return c;
+}
+
+api::Config resume_api_config(const std::string& checkpoint, const std::vector<std::string>& sets) {
+  api::Config c = api::Config::from_checkpoint(checkpoint);
+  // As resume_config: a new data.dir replaces the stored paths resolved from the old one.
+  std::vector<Assignment> overrides;
+  for (const auto& s : sets) overrides.push_back(parse_override(s));
+  if (std::any_of(overrides.begin(), overrides.end(), [](const Assignment& a) { return a.key == "data.dir"; }))
+    c.unset("data.train").unset("data.val").unset("data.tokenizer");
+  for (const auto& s : sets) c.set_override(s);
+  return c;
+}
+
 Config resume_config(const std::string& checkpoint, const std::vector<std::string>& sets) {
   const Config stored = read_checkpoint_config(checkpoint);
   std::vector<Assignment> overrides;

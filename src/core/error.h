@@ -1,16 +1,13 @@
 // attnlab core: the one error type. Every user-facing failure throws attnlab::Error with a message
 // that names the file or option and what is wrong; the CLI prints it and exits with status 1.
+// The type itself is public (include/attnlab/error.h): users of the API catch what the internals throw.
 #pragma once
-#include <stdexcept>
 #include <string>
 #include <sstream>
 
-namespace attnlab {
+#include "attnlab/error.h"
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
-};
+namespace attnlab {
 
 namespace detail {
 inline void append(std::ostringstream&) {}

@@ -2,6 +2,11 @@
 // ATTNLAB_ONEDNN_DIR; the two differ only in how a primitive is described, below). Primitives are
 // created once per distinct shape and reused (creation costs ~100 us; a training step calls gemm ~30
 // times with a handful of shapes).
+// Threads: gemm() may run on several threads at once (two Models, each on its own thread: the
+// public API's promise). A cached primitive's memory objects carry the data handles of the call in
+// flight, and the copy workspaces are scratch, so each thread has its own engine, stream, cache and
+// workspaces (thread_local): no lock on the single-threaded path, and a thread's primitives are the
+// ones it would have built alone, so its results are bit-identical either way.
 #include "core/gemm.h"
 
 #include <dnnl.hpp>
@@ -9,7 +14,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <tuple>
 
 #include "core/arena.h"
@@ -36,18 +40,17 @@ struct Engine {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   std::map<Key, Cached> cache;
-  std::mutex mu;
 };
 
+// One per calling thread (see the top of the file).
 Engine& engine() {
-  static Engine e;
+  thread_local Engine e;
   return e;
 }
 
 Cached& lookup(Engine& e, bool half, bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc, float alpha,
                float beta) {
   Key key{half, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
-  std::lock_guard<std::mutex> lock(e.mu);
   auto it = e.cache.find(key);
   if (it != e.cache.end()) return it->second;
   using dt = dnnl::memory::data_type;
@@ -88,17 +91,17 @@ constexpr int kNarrowMin = 16;      // below this the copy costs about what the 
 constexpr int kSlabRows = 512;      // K rows per copied slab: 2 MB at ld 1024, and no slower
 constexpr int kRowPad = 16;         // 64 bytes added to each copied row
 
-// The copies' workspace, grown on first use (the training step's warm-up) and then reused. gemm()
-// is not reentrant: the cached primitives' data handles are shared as well.
+// The copies' workspace, grown on first use (the training step's warm-up) and then reused; one per
+// calling thread, like the primitives.
 Buffer& copy_workspace(size_t floats) {
-  static Buffer buf;
+  thread_local Buffer buf;
   if (buf.bytes() < floats * sizeof(float)) buf = Buffer(floats * sizeof(float));
   return buf;
 }
 
 // The widened operands of gemm(bf16) where oneDNN has no bf16 matmul (grown on first use).
 Buffer& widen_workspace(size_t floats) {
-  static Buffer buf;
+  thread_local Buffer buf;
   if (buf.bytes() < floats * sizeof(float)) buf = Buffer(floats * sizeof(float));
   return buf;
 }
