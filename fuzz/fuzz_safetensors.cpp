@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = attnlab::fuzz::scratch_file("safetensors", data, size);

@@ -35,7 +35,7 @@ def pm(x, fmt="%.4f"):
 
 
 def betacf(a, b, x):
-    # Continued fraction of the incomplete beta function (modified Lentz), as src/eval/stats.cpp.
+    # Continued fraction of the incomplete beta function (modified Lentz), as src/experiment/stats.cpp.
     tiny = 1e-300
     qab, qap, qam = a + b, a + 1, a - 1
     c, dd = 1.0, 1 - qab * x / qap

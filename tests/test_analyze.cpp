@@ -1,4 +1,4 @@
-// `attnlab analyze` (src/eval/analyze.h, docs/analysis.md): each diagnostic of docs/mechanisms.md
+// `attnlab analyze` (src/experiment/analyze.h, docs/analysis.md): each diagnostic of docs/mechanisms.md
 // §8.1–§8.5 against a direct computation on a tiny model, from the q, k, v of the traced forward
 // (model/trace.h) or from the math of §8 written out.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "eval/analyze.h"
+#include "experiment/analyze.h"
 #include "model/gpt.h"
 #include "model_util.h"
 

@@ -1,11 +1,11 @@
-// The grid files of `attnlab compare` (src/eval/compare.h, docs/compare.md): what a grid parses to,
+// The grid files of `attnlab compare` (src/experiment/compare.h, docs/compare.md): what a grid parses to,
 // and that a bad value fails naming the file, line and key, with the messages of the config's own
 // values (model/config_values.h) — the grid and the configs read values through one parser.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "eval/compare.h"
+#include "experiment/compare.h"
 #include "model/config_values.h"
 #include "source_dir.h"
 

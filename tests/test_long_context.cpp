@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/shard.h"
-#include "eval/long_context.h"
+#include "experiment/long_context.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "train/trainer.h"

@@ -17,9 +17,9 @@
 #include "core/files.h"
 #include "core/rng.h"
 #include "data/shard.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "train/environment.h"
-#include "train/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 #include "train_util.h"
 

@@ -1,4 +1,4 @@
-// safetensors reader/writer (src/train/safetensors.h): round trips, every validation rule with a
+// safetensors reader/writer (src/checkpoint/safetensors.h): round trips, every validation rule with a
 // hand-made corrupt file, truncation at every byte, random mutations and garbage (an Error or a
 // valid file, never a crash), atomic writes that keep the old file on failure, and interop with
 // the official Python `safetensors` package in both directions.
@@ -20,7 +20,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "train/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 using namespace attnlab;
 namespace fs = std::filesystem;

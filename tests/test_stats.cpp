@@ -1,4 +1,4 @@
-// The statistics of `attnlab compare` (src/eval/stats.h) against known values.
+// The statistics of `attnlab compare` (src/experiment/stats.h) against known values.
 //
 // Reference values: Student-t quantiles t_{0.975, df} for df = 1, 2, 10 are the textbook table values
 // (12.706, 4.303, 2.228), given here to more digits; every other reference number was computed once
@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "eval/stats.h"
+#include "experiment/stats.h"
 
 using namespace attnlab::stats;
 

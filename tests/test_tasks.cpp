@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "eval/tasks.h"
+#include "experiment/tasks.h"
 #include "kernels/cross_entropy.h"
 #include "model/config.h"
 #include "model/gpt.h"

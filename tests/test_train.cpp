@@ -12,7 +12,7 @@
 #include "core/peak.h"
 #include "core/rng.h"
 #include "data/shard.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 #include "train_util.h"

@@ -8,8 +8,8 @@
 #include "attnlab/compare.h"
 #include "core/denormals.h"
 #include "core/error.h"
-#include "eval/compare.h"
-#include "eval/report.h"
+#include "experiment/compare.h"
+#include "experiment/report.h"
 
 namespace attnlab::api {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "api/internal.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace attnlab::api {
 

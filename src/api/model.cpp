@@ -11,9 +11,9 @@
 #include "core/denormals.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "eval/sampling.h"
+#include "experiment/sampling.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace attnlab::api {
 

@@ -12,8 +12,8 @@
 #include "cli/plots.h"
 #include "core/error.h"
 #include "data/shard.h"
-#include "eval/analyze.h"
-#include "train/checkpoint.h"
+#include "experiment/analyze.h"
+#include "checkpoint/checkpoint.h"
 
 namespace attnlab::cli {
 namespace {

@@ -18,11 +18,11 @@
 #include "data/files.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "eval/long_context.h"
-#include "eval/npy.h"
-#include "eval/sampling.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "experiment/long_context.h"
+#include "experiment/npy.h"
+#include "experiment/sampling.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 
 namespace attnlab::cli {

@@ -9,9 +9,9 @@
 #include "cli/plots.h"
 #include "core/error.h"
 #include "data/files.h"
-#include "eval/long_context.h"
-#include "eval/tasks.h"
-#include "train/checkpoint.h"
+#include "experiment/long_context.h"
+#include "experiment/tasks.h"
+#include "checkpoint/checkpoint.h"
 #include "train/trainer.h"
 
 namespace attnlab::cli {

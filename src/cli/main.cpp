@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "data/shard.h"
 #include "model/version.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace attnlab::cli {
 

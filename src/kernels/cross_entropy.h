@@ -150,7 +150,7 @@ void chunk_logits(T* logits, const T* xr, const T* wte, int n, int C, int V, con
 // scratch: lm_head_scratch_size(chunk_rows, V) elements. Returns Σ loss over valid targets (double).
 // dlogits = grad_scale·(p − onehot): grad_scale is e.g. 1/(valid targets in the batch · grad_accum).
 // row_weights (N), optional: per-row loss weights w_i (a synthetic task's answer weighting,
-// src/eval/tasks.h). Row i's gradient is then grad_scale·w_i·(p − onehot) and the return value
+// src/experiment/tasks.h). Row i's gradient is then grad_scale·w_i·(p − onehot) and the return value
 // Σ w_i·loss_i; the per-row `losses` stay unweighted.
 template <class T>
 double lm_head_ce_forward_backward(T* dx, T* dwte, T* losses, const T* x, const T* wte, const int32_t* targets,

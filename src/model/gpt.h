@@ -59,7 +59,7 @@ class GPT {
   // One micro-batch: forward, fused LM-head cross-entropy forward+backward, backward. Gradients
   // accumulate (+=) scaled by grad_scale (pass 1/(valid targets × grad_accum) for a mean).
   // inputs/targets are (B, T) int32; a negative target is ignored. Returns the SUM of the losses.
-  // weights (B, T), optional: per-token loss weights (synthetic tasks weight the answer, src/eval/tasks.h);
+  // weights (B, T), optional: per-token loss weights (synthetic tasks weight the answer, src/experiment/tasks.h);
   // the gradient of row i is then scaled by grad_scale·weights[i] and the return value is Σ weights·loss.
   double train_micro_step(const int32_t* inputs, const int32_t* targets, T grad_scale, const T* weights = nullptr);
   // Forward only; returns the sum of losses over valid targets (per-token losses into `losses` if given).

@@ -11,7 +11,7 @@
 #include "data/loader.h"
 #include "model/config.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace attnlab {
 
@@ -60,7 +60,7 @@ double training_flops_per_token(const GPT<float>& model, int T);
 double optimizer_step(GPT<float>& model, float* adam_m, float* adam_v, const TrainConfig& tc, double lr, int t);
 
 // Where the training loop gets its micro-batches and its validation loss: the token shards of
-// cfg.data (the default, ShardTrainData) or a synthetic task (src/eval/tasks.h). The loop, the
+// cfg.data (the default, ShardTrainData) or a synthetic task (src/experiment/tasks.h). The loop, the
 // optimizer, checkpoints and logs are the same for every source.
 class TrainData {
  public:

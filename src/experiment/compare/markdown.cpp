@@ -4,8 +4,8 @@
 #include <sstream>
 #include <string>
 
-#include "eval/compare.h"
-#include "eval/compare/common.h"
+#include "experiment/compare.h"
+#include "experiment/compare/common.h"
 
 namespace attnlab {
 

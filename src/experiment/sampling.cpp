@@ -1,5 +1,5 @@
 // sample_token (eval/sampling.h).
-#include "eval/sampling.h"
+#include "experiment/sampling.h"
 
 #include <algorithm>
 #include <cmath>

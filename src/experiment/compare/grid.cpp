@@ -7,8 +7,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "eval/compare.h"
-#include "eval/compare/common.h"
+#include "experiment/compare.h"
+#include "experiment/compare/common.h"
 #include "model/config.h"
 #include "model/config_values.h"
 

@@ -2,7 +2,7 @@
 // are in docs/analysis.md). One observer (model/trace.h) sees each forward's attention layers and the
 // residual kind's states and accumulates, in double, what §8 asks for; the GOAT prior of §8.2 comes
 // from the parameters themselves, and the rescue gain of §8.5 from patched forwards (DAR, HC, mHC).
-#include "eval/analyze.h"
+#include "experiment/analyze.h"
 
 #include <omp.h>
 

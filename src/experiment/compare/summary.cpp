@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "eval/compare.h"
-#include "eval/compare/common.h"
-#include "eval/stats.h"
+#include "experiment/compare.h"
+#include "experiment/compare/common.h"
+#include "experiment/stats.h"
 
 namespace attnlab {
 

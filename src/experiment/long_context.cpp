@@ -1,4 +1,4 @@
-#include "eval/long_context.h"
+#include "experiment/long_context.h"
 
 #include <sys/resource.h>
 
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace attnlab {
 

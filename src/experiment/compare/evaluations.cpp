@@ -1,4 +1,4 @@
-#include "eval/compare/evaluations.h"
+#include "experiment/compare/evaluations.h"
 
 #include <cmath>
 #include <map>

@@ -1,4 +1,4 @@
-#include "eval/compare/common.h"
+#include "experiment/compare/common.h"
 
 #include <cmath>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "eval/stats.h"
+#include "experiment/stats.h"
 
 #include <cmath>
 #include <limits>

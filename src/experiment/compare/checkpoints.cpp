@@ -1,8 +1,8 @@
-#include "eval/compare/checkpoints.h"
+#include "experiment/compare/checkpoints.h"
 
 #include <cstdlib>
 
-#include "train/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace attnlab::compare {
 

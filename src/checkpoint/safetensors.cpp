@@ -2,7 +2,7 @@
 // The container rules enforced here are the official ones (huggingface/safetensors, documented in
 // docs/checkpoint-format.md); each check exists so that a damaged or hostile file fails with a
 // message naming the file, before any tensor byte is touched.
-#include "train/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

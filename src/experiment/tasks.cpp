@@ -1,4 +1,4 @@
-#include "eval/tasks.h"
+#include "experiment/tasks.h"
 
 #include <algorithm>
 #include <cmath>

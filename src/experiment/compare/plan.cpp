@@ -1,9 +1,9 @@
-#include "eval/compare/plan.h"
+#include "experiment/compare/plan.h"
 
 #include <algorithm>
 #include <set>
 
-#include "eval/long_context.h"
+#include "experiment/long_context.h"
 
 namespace attnlab::compare {
 

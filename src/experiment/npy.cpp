@@ -1,4 +1,4 @@
-#include "eval/npy.h"
+#include "experiment/npy.h"
 
 #include <cerrno>
 #include <cstdio>

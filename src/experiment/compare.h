@@ -19,7 +19,7 @@ struct GridVariant {
   std::vector<std::string> sets;  // key=value overrides, applied after the grid's base sets
 };
 
-// A synthetic task every run of the grid also trains on and is evaluated on (src/eval/tasks.h): the
+// A synthetic task every run of the grid also trains on and is evaluated on (src/experiment/tasks.h): the
 // run's model settings (preset, grid sets, variant sets) with the task's own sets on top and the
 // task's vocabulary; trained for `steps` steps with the run's seed, then evaluated at `lengths`.
 struct GridTask {

@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 #include "kernels/adamw.h"
 #include "model/version.h"
 #include "train/environment.h"
-#include "train/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace attnlab {
 

@@ -1,4 +1,4 @@
-#include "eval/report.h"
+#include "experiment/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 #include <sstream>
 #include <vector>
 
-#include "eval/compare.h"
-#include "eval/stats.h"
+#include "experiment/compare.h"
+#include "experiment/stats.h"
 
 namespace attnlab {
 

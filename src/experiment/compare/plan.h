@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "eval/compare.h"
-#include "eval/tasks.h"
+#include "experiment/compare.h"
+#include "experiment/tasks.h"
 #include "model/config.h"
 
 namespace attnlab::compare {
