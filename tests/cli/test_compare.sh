@@ -5,7 +5,8 @@
 # through the second run, then resumed to the end. The finished run is not retrained (its result.json
 # keeps its mtime, the log says skipped); the run stopped mid-way resumes from its checkpoint and ends
 # with exactly the validation loss of the same grid run without interruption. Then the documents and
-# bad input. Usage: test_compare.sh ATTNLAB_BINARY SOURCE_DIR
+# bad input, and a resume refused after the data directory was prepared again with other contents.
+# Usage: test_compare.sh ATTNLAB_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh"
 
 inputs=()
@@ -120,6 +121,25 @@ check "results.md has the table" 'grep -q "| xsa |" "$O/results.md" && grep -q "
 check "report.html is self-contained" '! grep -qiE "<script|https?://[^\"]*\.(js|css)|<link " "$O/report.html" && grep -q "fig-val-loss" "$O/report.html"'
 "$BIN" report "$O/results.json" --out "$WORK/r.html" >"$WORK/report.log" 2>&1
 check "attnlab report" '[ $? = 0 ] && cmp -s "$WORK/r.html" "$O/report.html"'
+
+# Data provenance (docs/compare.md, "Provenance"): every run records the data it used (bytes and
+# CRC-32 of the shards and the tokenizer) and the machine; after the data directory is prepared
+# again with other contents, a resume is refused before anything trains, naming every run made on
+# the old data: finished ones (result.json) and ones stopped mid-way (provenance.json).
+check "every run records its data and machine" 'grep -q "\"crc32\"" "$O/runs/rope_s1/result.json" && grep -q "\"cpu_isa\"" "$O/runs/xsa_s2/result.json" && grep -q "\"crc32\"" "$O/runs/rope_s2/provenance.json"'
+"$BIN" compare "$G" --out "$WORK/half" --stop-after-steps 2 --quiet >"$WORK/half.log" 2>&1
+check "a run stopped mid-way records its data before it trains" '[ $? = 3 ] && grep -q "\"val\"" "$WORK/half/runs/rope_s1/provenance.json"'
+m3=$(stat -c %y "$O/runs/rope_s1/result.json" 2>/dev/null)
+"$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/data" --vocab 400 >"$WORK/reprepare.log" 2>&1
+check "the data directory prepared again with other contents" '[ $? = 0 ] && [ -s "$WORK/data/val.bin" ]'
+"$BIN" compare "$G" --out "$O" --resume >"$WORK/mix.log" 2>&1
+rc=$?
+check "a resume on other data is refused, naming the finished runs and the difference" '[ $rc = 1 ] && grep -q "made on other data" "$WORK/mix.log" && grep -q "runs/rope_s1/result.json: train: .* bytes crc32 .*, now " "$WORK/mix.log" && grep -q "runs/xsa_s2/result.json" "$WORK/mix.log"'
+check "nothing was retrained or rewritten" '[ "$m3" = "$(stat -c %y "$O/runs/rope_s1/result.json")" ] && ! grep -q "step 1/" "$WORK/mix.log"'
+"$BIN" compare "$G" --out "$WORK/half" --resume >"$WORK/mix2.log" 2>&1
+check "a run stopped mid-way on the old data is refused too" '[ $? = 1 ] && grep -q "runs/rope_s1/provenance.json: " "$WORK/mix2.log"'
+"$BIN" compare "$G" --out "$O" --summarize --quiet >"$WORK/mix3.log" 2>&1
+check "--summarize refuses to average runs made on other data" '[ $? = 1 ] && grep -q "made on other data" "$WORK/mix3.log"'
 
 # Bad input fails cleanly, naming the file and line.
 printf 'steps = 3\n[variants.a]\nset = ["attn.pos=rope"]\nbogus = 1\n' >"$WORK/bad.toml"

@@ -20,6 +20,7 @@
 #include "experiment/compare/common.h"
 #include "experiment/compare/evaluations.h"
 #include "experiment/compare/plan.h"
+#include "experiment/compare/provenance.h"
 #include "experiment/long_context.h"
 #include "experiment/report.h"
 #include "experiment/tasks.h"
@@ -99,6 +100,37 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   }
 
   const size_t N = runs.size();
+  // The data every run used (docs/compare.md, "Provenance"): a run finished or started on other data
+  // than the grid names now (a re-prepared data directory) is refused here, all of them named,
+  // before anything trains; nothing is averaged across data.
+  std::map<std::string, json> data_by_files;
+  auto data_of = [&](const Config& c) -> const json& {
+    const std::string key = c.data.train + "\n" + c.data.val + "\n" + c.data.tokenizer;
+    auto it = data_by_files.find(key);
+    if (it == data_by_files.end()) it = data_by_files.emplace(key, data_identity(c)).first;
+    return it->second;
+  };
+  {
+    std::string mixed;
+    for (const auto& r : runs)
+      for (const char* record : {"result.json", "provenance.json"}) {
+        const fs::path path = runs_dir / r.id / record;
+        if (!fs::exists(path)) continue;
+        json stored;
+        try {
+          stored = json::parse(read_text(path.string()));
+        } catch (const json::exception& e) {
+          fail("compare: ", path.string(), " is not valid JSON (", e.what(), "): delete ", (runs_dir / r.id).string(), " to redo this run");
+        }
+        const std::string d = data_differences(stored, data_of(r.cfg));
+        if (!d.empty()) mixed += "\n  " + path.string() + ": " + d;
+        break;  // a finished run's result.json is its record
+      }
+    if (!mixed.empty())
+      fail("compare: runs in ", opts.out, " were made on other data than this grid's data now (", runs[0].cfg.data.dir,
+           "; the directory was prepared again since?):", mixed,
+           "\ndelete those run directories to redo them on this data, restore the data they used, or use another --out");
+  }
   // The ETA counts training steps still to do, at the rate measured in this invocation per kind
   // (the language model and each task; a task not yet measured is assumed to cost what the
   // language model costs per token). Evaluations are not counted.
@@ -151,6 +183,8 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     const Config& cfg = run.cfg;
     const int steps = cfg.train.steps;
     fs::create_directories(dir);
+    if (!fs::exists(dir / "provenance.json"))
+      write_file_atomic((dir / "provenance.json").string(), json{{"data", data_of(cfg)}, {"machine", machine_record()}}.dump(1) + "\n");
     const std::string progress_path = (dir / "progress.json").string();
 
     // The curve of a run stopped mid-way, up to its latest checkpoint.
@@ -260,6 +294,8 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     result["tokens_per_s"] = secs > 0 ? tokens_per_step_run * steps / secs : 0.0;
     result["curve"] = {{"train", train_curve}, {"val", progress["val"]}};
     result["config"] = run_config_json(cfg);
+    result["data"] = data_of(cfg);
+    result["machine"] = machine_record();
     result["evals"] = grid_evals;
     result["analysis"] = nullptr;
     if (grid.analyze) {
@@ -379,6 +415,19 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   }
   results["val_tokens"] = val_tokens;
   results["runs"] = all;
+  // Runs of one variant computed on different machines: the same data, other rounding (warned, kept).
+  for (const auto& v : grid.variants) {
+    std::map<std::string, std::string> machines;  // key -> a run made there
+    for (const auto& one : all)
+      if (one.value("variant", std::string()) == v.name)
+        machines.emplace(machine_key(one.contains("machine") ? one["machine"] : json(nullptr)), one.value("id", std::string()));
+    if (machines.size() > 1) {
+      std::string list;
+      for (const auto& [key, id] : machines) list += "\n  " + id + " (and others alike): " + key;
+      std::printf("compare: warning: the runs of variant %s were computed on %zu different machines or builds:%s\n", v.name.c_str(),
+                  machines.size(), list.c_str());
+    }
+  }
   summarize_results(results);
   write_file_atomic((out / "results.json").string(), results.dump(1) + "\n");
   write_file_atomic((out / "results.md").string(), results_markdown(results));
