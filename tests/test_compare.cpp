@@ -88,7 +88,7 @@ TEST(CompareGrid, BadValuesNameFileLineAndKey) {
   EXPECT_EQ(error_of("baseline = \"nope\"\n" + v), "g.toml: baseline 'nope' is not a variant");
   EXPECT_EQ(error_of("seeds = [1, 1]\n" + v), "g.toml: seeds repeat a value");
   EXPECT_EQ(error_of("name = \"x\"\n"), "g.toml: no variants (add e.g. [variants.rope] set = [\"attn.pos=rope\"])");
-  EXPECT_NE(error_of(v + "[variants.a]\nset = []\n").find("g.toml:4: variant 'a' is defined twice"), std::string::npos);
+  EXPECT_NE(error_of(v + "[variants.a]\nset = []\n").find("g.toml:4: variants.a.set is given a second time (first at g.toml:2)"), std::string::npos);
   EXPECT_NE(error_of(v + "[tasks.sort]\nsteps = 3\n").find("g.toml:4: unknown task 'sort'"), std::string::npos);
 }
 

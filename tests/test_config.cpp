@@ -67,6 +67,16 @@ TEST(Config, ErrorsNameTheKeyAndPlace) {
   EXPECT_EQ(error_of("residual.kind = dar\n"), "");  // built (tests/test_dar.cpp has its keys)
   EXPECT_NE(error_of("garbage line\n").find("expected `key = value`"), std::string::npos);
   EXPECT_THROW(parse_override("noequals"), Error);
+  // keys_once (grid files): a key given twice is an error naming both places, also through a table
+  // header; otherwise the later assignment wins (a text appended to another overrides it)
+  try {
+    parse_config_text("model.n_layer = 2\n[model]\nn_layer = 3\n", "grid.toml", true);
+    ADD_FAILURE() << "a key given twice was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grid.toml:3: model.n_layer is given a second time (first at grid.toml:1)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(resolve_config(parse_config_text("model.n_layer = 2\nmodel.n_layer = 3\n", "t")).model.n_layer, 3);
 }
 
 TEST(Config, XsaAndGoatKeys) {

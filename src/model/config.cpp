@@ -228,7 +228,7 @@ const std::vector<KeyDef>& keys() {
 
 }  // namespace
 
-std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin) {
+std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin, bool keys_once) {
   std::vector<Assignment> out;
   std::istringstream in(text);
   std::string line, table;
@@ -249,6 +249,10 @@ std::vector<Assignment> parse_config_text(const std::string& text, const std::st
     if (key.empty()) fail(where, ": missing key before '='");
     if (value.empty()) fail(where, ": ", key, " has no value");
     if (!table.empty()) key = table + "." + key;
+    // keys_once (grid files): a second value would silently replace the first (TOML forbids it too).
+    if (keys_once)
+      for (const Assignment& earlier : out)
+        if (earlier.key == key) fail(where, ": ", key, " is given a second time (first at ", earlier.origin, "); give it once");
     out.push_back({key, value, where});
   }
   return out;

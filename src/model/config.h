@@ -139,6 +139,8 @@ Assignment parse_override(const std::string& text);
 Config resolve_config(const std::vector<Assignment>& assignments);
 // Built-in presets (configs/*.toml are the same text): "tiny", "small", "bench".
 const char* preset_config_text(const std::string& name);
-std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin);
+// keys_once: a key given twice is an error (grid files); otherwise the later assignment wins, as
+// when a text is appended to another to override it.
+std::vector<Assignment> parse_config_text(const std::string& text, const std::string& origin, bool keys_once = false);
 
 }  // namespace attnlab

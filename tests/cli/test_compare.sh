@@ -149,4 +149,19 @@ printf 'baseline = "nope"\n[variants.a]\nset = ["attn.pos=rope"]\n' >"$WORK/bad2
 "$BIN" compare "$WORK/bad2.toml" --out "$WORK/bad2" >"$WORK/bad2.log" 2>&1
 check "unknown baseline is an error" '[ $? = 1 ] && grep -q "baseline .nope. is not a variant" "$WORK/bad2.log"'
 
+printf 'steps = 0\n[variants.a]\nset = ["attn.pos=rope"]\n' >"$WORK/bad3.toml"
+"$BIN" compare "$WORK/bad3.toml" --out "$WORK/bad3" >"$WORK/bad3.log" 2>&1
+check "steps = 0 is an error (it ran the preset's steps)" '[ $? = 1 ] && grep -q "bad3.toml:1: steps = 0" "$WORK/bad3.log"'
+printf 'seeds = [1]\nseeds = [2]\n[variants.a]\nset = ["attn.pos=rope"]\n' >"$WORK/bad4.toml"
+"$BIN" compare "$WORK/bad4.toml" --out "$WORK/bad4" >"$WORK/bad4.log" 2>&1
+check "a grid key given twice is an error naming both lines" '[ $? = 1 ] && grep -q "bad4.toml:2: seeds is given a second time (first at .*bad4.toml:1)" "$WORK/bad4.log"'
+printf '[variants.a]\nset = ["attn.pos=rope", "model.n_layer=2", "model.n_layer=3"]\n' >"$WORK/bad5.toml"
+"$BIN" compare "$WORK/bad5.toml" --out "$WORK/bad5" >"$WORK/bad5.log" 2>&1
+check "a set list giving a key twice is an error" '[ $? = 1 ] && grep -q "bad5.toml:2: variants.a.set gives model.n_layer twice" "$WORK/bad5.log"'
+# A task the run's model is too short for fails before anything trains (it failed after the first
+# run's language model had trained).
+sed -e 's/^set = \["model.seq_len=128", "train.batch_size=2"\]/set = ["train.batch_size=2"]/' "$G" >"$WORK/short.toml"
+"$BIN" compare "$WORK/short.toml" --out "$WORK/short" >"$WORK/short.log" 2>&1
+check "a task needing a longer seq_len fails before any training, saying what to set" '[ $? = 1 ] && grep -q "grid task passkey (variant rope): .*model.seq_len must be at least 67 (it is 32)" "$WORK/short.log" && [ ! -e "$WORK/short/runs/rope_s1/model.safetensors" ]'
+
 finish

@@ -28,13 +28,24 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
   Grid g;
   bool baseline_given = false;
   std::map<std::string, size_t> index, task_index;
-  for (const auto& a : parse_config_text(text, origin)) {
+  // A `set` list gives each configuration key once (a second value would silently win).
+  auto sets_of = [](const std::string& k, const Assignment& a) {
+    std::vector<std::string> sets = parse_string_list(k, a.value, a.origin);
+    std::map<std::string, std::string> seen;
+    for (const auto& text : sets) {
+      const std::string key = parse_override(text).key;
+      if (seen.count(key)) fail(a.origin, ": ", k, " gives ", key, " twice (", seen[key], ", ", text, "); give it once");
+      seen[key] = text;
+    }
+    return sets;
+  };
+  for (const auto& a : parse_config_text(text, origin, /*keys_once=*/true)) {
     const std::string& k = a.key;
     if (k == "name") g.name = parse_quoted(k, a.value, a.origin);
     else if (k == "preset") g.preset = parse_quoted(k, a.value, a.origin);
-    else if (k == "set") g.sets = parse_string_list(k, a.value, a.origin);
+    else if (k == "set") g.sets = sets_of(k, a);
     else if (k == "baseline") { g.baseline = parse_quoted(k, a.value, a.origin); baseline_given = true; }
-    else if (k == "steps") g.steps = (int)parse_int(k, a.value, a.origin, 0, kMaxInt);
+    else if (k == "steps") g.steps = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);  // 0 is not "the preset's": leave it out
     else if (k == "ckpt_every") g.ckpt_every = (int)parse_int(k, a.value, a.origin, 0, kMaxInt);
     else if (k == "analyze") g.analyze = parse_bool(k, a.value, a.origin);
     else if (k == "analyze_sequences") g.analyze_sequences = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
@@ -57,7 +68,7 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
         g.tasks.back().name = name;
       }
       GridTask& t = g.tasks[task_index[name]];
-      if (field == "set") t.sets = parse_string_list(k, a.value, a.origin);
+      if (field == "set") t.sets = sets_of(k, a);
       else if (field == "steps") t.steps = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
       else if (field == "lengths") t.lengths = parse_quoted(k, a.value, a.origin);
       else if (field == "samples") t.samples = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
@@ -71,7 +82,7 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
           fail(a.origin, ": variant name '", name, "' may use letters, digits, '-', '_' and '+' only");
       if (index.count(name)) fail(a.origin, ": variant '", name, "' is defined twice");
       index[name] = g.variants.size();
-      g.variants.push_back({name, parse_string_list(k, a.value, a.origin)});
+      g.variants.push_back({name, sets_of(k, a)});
     } else {
       fail(a.origin, ": unknown grid key '", k,
            "' (known: name, preset, set, steps, seeds, baseline, ckpt_every, analyze, analyze_sequences, lengths, length_tokens, "

@@ -71,6 +71,11 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
         ts.push_back({"train.time_limit", "0", "compare task"});
         ts.push_back({"train.out_dir", quoted(tdir), "compare task"});
         TaskRun tr{&t, gen, resolve_config(ts), tdir};
+        // What the task's training would find out after the run's language model trained: check now.
+        if (tr.cfg.model.seq_len + 1 < gen->min_length())
+          fail("grid task ", t.name, " (variant ", v.name, "): its samples need at least ", gen->min_length(),
+               " tokens, so model.seq_len must be at least ", gen->min_length() - 1, " (it is ", tr.cfg.model.seq_len,
+               "); set it in the task: [tasks.", t.name, "] set = [\"model.seq_len=", gen->min_length() - 1, "\"]");
         parse_lengths(t.lengths, tr.cfg.model.seq_len);
         run.tasks.push_back(std::move(tr));
       }
