@@ -158,6 +158,9 @@ check "a grid key given twice is an error naming both lines" '[ $? = 1 ] && grep
 printf '[variants.a]\nset = ["attn.pos=rope", "model.n_layer=2", "model.n_layer=3"]\n' >"$WORK/bad5.toml"
 "$BIN" compare "$WORK/bad5.toml" --out "$WORK/bad5" >"$WORK/bad5.log" 2>&1
 check "a set list giving a key twice is an error" '[ $? = 1 ] && grep -q "bad5.toml:2: variants.a.set gives model.n_layer twice" "$WORK/bad5.log"'
+sed -e '0,/^lengths = "1,2"$/! s/^lengths = "1,2"$/lengths = "1,100000"/' "$G" >"$WORK/huge.toml"  # the task's lengths
+"$BIN" compare "$WORK/huge.toml" --out "$WORK/huge" >"$WORK/huge.log" 2>&1
+check "an evaluation length beyond this machine's memory is refused before any training" '[ $? = 1 ] && grep -q "\[tasks.passkey\] lengths = \"1,100000\": evaluating at 12800000 tokens needs at least .* GB for the KV cache" "$WORK/huge.log" && [ ! -e "$WORK/huge/runs/rope_s1/model.safetensors" ]'
 # A task the run's model is too short for fails before anything trains (it failed after the first
 # run's language model had trained).
 sed -e 's/^set = \["model.seq_len=128", "train.batch_size=2"\]/set = ["train.batch_size=2"]/' "$G" >"$WORK/short.toml"

@@ -1,9 +1,13 @@
 #include "experiment/compare/plan.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 
+#include "core/error.h"
 #include "experiment/long_context.h"
+#include "experiment/tasks.h"
 
 namespace attnlab::compare {
 
@@ -23,6 +27,22 @@ std::vector<Assignment> run_assignments(const Grid& grid, const GridVariant& v) 
     as.push_back(a);
   }
   return as;
+}
+
+// An evaluation at `lengths` (tokens) of B sequences side by side keeps every layer's keys and values
+// for the longest: 2 · n_layer · B · length · kv_dim floats at least. A grid asking for more than
+// this machine's memory is refused before anything trains (it failed after the first run had
+// trained, with "out of memory allocating ... bytes").
+void check_evaluation_memory(const std::string& what, const Config& cfg, const std::vector<int>& lengths, int B) {
+  if (lengths.empty()) return;
+  const double longest = *std::max_element(lengths.begin(), lengths.end());
+  const double kv_dim = double(cfg.model.kv_heads) * cfg.model.head_dim();
+  const double bytes = 2.0 * cfg.model.n_layer * B * longest * kv_dim * sizeof(float);
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory)
+    fail(what, ": evaluating at ", (long long)longest, " tokens needs at least ", bytes / 1e9, " GB for the KV cache (", B,
+         " sequences x ", cfg.model.n_layer, " layers x 2 x ", (long long)kv_dim, " floats per token), more than this machine's ",
+         memory / 1e9, " GB: use shorter lengths");
 }
 
 std::string quoted(const fs::path& p) {
@@ -50,7 +70,9 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       as.push_back({"train.time_limit", "0", "compare"});
       as.push_back({"train.out_dir", quoted(runs_dir / id), "compare"});
       Run run{&v, seed, id, resolve_config(as), {}};
-      if (!grid.lengths.empty()) parse_lengths(grid.lengths, run.cfg.model.seq_len);  // a bad entry fails before any training
+      if (!grid.lengths.empty())  // a bad entry fails before any training
+        check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len),
+                                LengthEvalOptions{}.batch_size);
       for (const auto& t : grid.tasks) {
         std::vector<Assignment> ts = run_assignments(grid, v);
         for (const auto& s : t.sets) {
@@ -76,7 +98,8 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
           fail("grid task ", t.name, " (variant ", v.name, "): its samples need at least ", gen->min_length(),
                " tokens, so model.seq_len must be at least ", gen->min_length() - 1, " (it is ", tr.cfg.model.seq_len,
                "); set it in the task: [tasks.", t.name, "] set = [\"model.seq_len=", gen->min_length() - 1, "\"]");
-        parse_lengths(t.lengths, tr.cfg.model.seq_len);
+        check_evaluation_memory("[tasks." + t.name + "] lengths = \"" + t.lengths + "\"", tr.cfg,
+                                parse_lengths(t.lengths, tr.cfg.model.seq_len), tasks::TaskEvalOptions{}.batch_size);
         run.tasks.push_back(std::move(tr));
       }
       runs.push_back(std::move(run));
