@@ -167,4 +167,11 @@ sed -e 's/^set = \["model.seq_len=128", "train.batch_size=2"\]/set = ["train.bat
 "$BIN" compare "$WORK/short.toml" --out "$WORK/short" >"$WORK/short.log" 2>&1
 check "a task needing a longer seq_len fails before any training, saying what to set" '[ $? = 1 ] && grep -q "grid task passkey (variant rope): .*model.seq_len must be at least 67 (it is 32)" "$WORK/short.log" && [ ! -e "$WORK/short/runs/rope_s1/model.safetensors" ]'
 
+# A run whose checkpoints are all unreadable: compare says what to delete (the trainer's advice,
+# --force, is not an option of compare).
+"$BIN" compare "$G" --out "$WORK/torn" --stop-after-steps 2 --quiet >/dev/null 2>&1
+for f in "$WORK"/torn/runs/rope_s1/*.safetensors; do head -c 10 "$f" >"$f.cut" && mv "$f.cut" "$f"; done
+"$BIN" compare "$G" --out "$WORK/torn" --resume >"$WORK/torn.log" 2>&1
+check "unreadable checkpoints: an error naming them and the directory to delete, no --force" '[ $? = 1 ] && grep -q "rope_s1 holds checkpoints none of which can be read (.*safetensors.*): this run cannot resume" "$WORK/torn.log" && ! grep -q -- "--force" "$WORK/torn.log"'
+
 finish

@@ -19,7 +19,7 @@ int64_t checkpoint_step(const std::string& path) {
 
 }  // namespace
 
-std::string latest_checkpoint(const fs::path& dir, int64_t* step) {
+std::string latest_checkpoint(const fs::path& dir, int64_t* step, std::vector<std::string>* unreadable) {
   std::string best;
   int64_t best_step = -1;
   if (!fs::exists(dir)) return best;
@@ -28,7 +28,12 @@ std::string latest_checkpoint(const fs::path& dir, int64_t* step) {
     if (name.size() < 12 || name.substr(name.size() - 12) != ".safetensors") continue;
     if (name != "model.safetensors" && name.rfind("step_", 0) != 0) continue;
     int64_t s = -1;
-    try { s = checkpoint_step(e.path().string()); } catch (const std::exception&) { continue; }  // torn or foreign file
+    try {
+      s = checkpoint_step(e.path().string());
+    } catch (const std::exception&) {  // torn or foreign file
+      if (unreadable) unreadable->push_back(name);
+      continue;
+    }
     if (s > best_step) { best_step = s; best = e.path().string(); }
   }
   if (step) *step = best_step;

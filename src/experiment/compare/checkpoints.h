@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace attnlab::compare {
 
 // The checkpoint with the most steps in a run directory ("" when none); its step in *step.
-std::string latest_checkpoint(const std::filesystem::path& dir, int64_t* step);
+// `unreadable`, if given, receives the names of the checkpoint files that could not be read.
+std::string latest_checkpoint(const std::filesystem::path& dir, int64_t* step, std::vector<std::string>* unreadable = nullptr);
 // Removes the trainer's step_NNNNNN.safetensors in `dir` with a step below `keep` (all of them for
 // keep < 0): a run keeps at most its latest periodic checkpoint, and none once finished.
 void prune_step_checkpoints(const std::filesystem::path& dir, int64_t keep);

@@ -52,7 +52,14 @@ std::string fmt_eta(double s) {
 // any step resumable. on_step/on_eval are passed through.
 int64_t train_in(const Config& cfg, const fs::path& dir, TrainOptions to, TrainData* data, bool resume_allowed, bool* interrupted) {
   int64_t ck_step = -1;
-  const std::string ck = latest_checkpoint(dir, &ck_step);
+  std::vector<std::string> unreadable;
+  const std::string ck = latest_checkpoint(dir, &ck_step, &unreadable);
+  if (ck.empty() && !unreadable.empty()) {  // the trainer would refuse them and advise its --force
+    std::string names;
+    for (const auto& n : unreadable) names += (names.empty() ? "" : ", ") + n;
+    fail("compare: ", dir.string(), " holds checkpoints none of which can be read (", names,
+         "): this run cannot resume from them; delete ", dir.string(), " to retrain this run");
+  }
   if (!ck.empty() && ck_step >= 0) {
     if (!resume_allowed) fail("compare: ", dir.string(), " holds checkpoints: pass --resume");
     // The checkpoint must come from this run's configuration: a grid file edited between
