@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "experiment/long_context.h"
 #include "experiment/tasks.h"
+#include "model/gpt.h"
 
 namespace attnlab::compare {
 
@@ -45,6 +46,17 @@ void check_evaluation_memory(const std::string& what, const Config& cfg, const s
          memory / 1e9, " GB: use shorter lengths");
 }
 
+// Training keeps four float buffers of every parameter (weights, gradients, Adam's two moments):
+// a cell whose model alone exceeds this machine's memory is refused before any cell trains (it
+// failed when the grid reached it, after the cells before had trained).
+void check_training_memory(const std::string& what, const Config& cfg) {
+  const double bytes = 4.0 * sizeof(float) * double(GPT<float>::layout(cfg).total());
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory)
+    fail(what, ": training this model needs at least ", bytes / 1e9, " GB (weights, gradients and Adam's two moments of ",
+         GPT<float>::layout(cfg).total(), " parameters), more than this machine's ", memory / 1e9, " GB");
+}
+
 std::string quoted(const fs::path& p) {
   std::string q = "\"";  // built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&
   q += p.string();
@@ -70,6 +82,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       as.push_back({"train.time_limit", "0", "compare"});
       as.push_back({"train.out_dir", quoted(runs_dir / id), "compare"});
       Run run{&v, seed, id, resolve_config(as), {}};
+      check_training_memory("variant " + v.name, run.cfg);
       if (!grid.lengths.empty())  // a bad entry fails before any training
         check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len),
                                 LengthEvalOptions{}.batch_size);
@@ -93,6 +106,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
         ts.push_back({"train.time_limit", "0", "compare task"});
         ts.push_back({"train.out_dir", quoted(tdir), "compare task"});
         TaskRun tr{&t, gen, resolve_config(ts), tdir};
+        check_training_memory("grid task " + t.name + " (variant " + v.name + ")", tr.cfg);
         // What the task's training would find out after the run's language model trained: check now.
         if (tr.cfg.model.seq_len + 1 < gen->min_length())
           fail("grid task ", t.name, " (variant ", v.name, "): its samples need at least ", gen->min_length(),

@@ -16,7 +16,7 @@ namespace {
 
 nlohmann::json file_identity(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) fail("compare: cannot read ", path, " to record the data a run used");
+  if (!f) fail("compare: cannot read ", path, ", the data of the run (does it exist? `attnlab prepare` writes it)");
   std::vector<char> buf(1 << 20);
   uLong crc = crc32(0L, Z_NULL, 0);
   long long bytes = 0;
