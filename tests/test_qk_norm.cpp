@@ -64,7 +64,7 @@ struct QkNormUnderTest {
   AttentionPass<double> pass(double* qkv, const ModelConfig& m, int B, int T) {
     AttentionPass<double> p;
     p.layer = 0; p.B = B; p.Tq = T; p.H = m.n_head; p.Hkv = m.kv_heads; p.Dh = m.head_dim();
-    p.qkv = qkv; p.qkv_stride = m.qkv_dim(); p.state = state.get(); p.training = true;
+    p.qkv = qkv; p.qkv_stride = m.qkv_dim(); p.state = state.get();
     return p;
   }
 };

@@ -587,7 +587,6 @@ AttentionPass<T> GPT<T>::attention_pass(Workspace& ws, int l, T* qkv, int pos_of
   AttentionPass<T> pass;
   pass.layer = l; pass.B = ws.B; pass.Tq = ws.seq; pass.pos_offset = pos_offset;
   pass.H = m.n_head; pass.Hkv = m.kv_heads; pass.Dh = m.head_dim();
-  pass.training = &ws == &ws_;
   pass.qkv = qkv; pass.qkv_stride = m.qkv_dim();
   return pass;
 }

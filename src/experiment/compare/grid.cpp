@@ -80,7 +80,6 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       for (char c : name)
         if (!(std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '+'))
           fail(a.origin, ": variant name '", name, "' may use letters, digits, '-', '_' and '+' only");
-      if (index.count(name)) fail(a.origin, ": variant '", name, "' is defined twice");
       index[name] = g.variants.size();
       g.variants.push_back({name, sets_of(k, a)});
     } else {

@@ -56,7 +56,6 @@ struct AttentionPass {
   int B = 0, Tq = 0;
   int pos_offset = 0;              // token i of a sequence sits at absolute position pos_offset + i
   int H = 0, Hkv = 0, Dh = 0;
-  bool training = false;           // the training workspace (its backward will run)
   // Forward: the packed rows (B·Tq, (H + 2Hkv)·Dh), q heads, then k heads, then v heads.
   // Backward: the same layout holding dL/d(qkv).
   T* qkv = nullptr;
