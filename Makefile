@@ -14,7 +14,7 @@ SHELL := /bin/bash
 PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
-DATA ?= data/default
+DATA ?= data/heldout
 RUN ?= runs/demo
 GRID ?= configs/grids/quick.toml
 GRID_OUT ?= runs/quick
@@ -39,8 +39,9 @@ build: deps-test
 
 corpus: build-tool
 	@bash scripts/fetch_corpus.sh data/corpus
-	@if [ ! -f $(DATA)/train.bin ]; then \
+	@if [ ! -f $(DATA)/prepare.json ]; then \
 	  $(BUILD)/attnlab prepare --input data/corpus/tdavid.txt --input data/corpus/web.txt --input data/corpus/kjv.txt \
+	    --split groups --groups data/corpus/tdavid.groups --groups data/corpus/web.groups --groups data/corpus/kjv.groups \
 	    --out $(DATA) --vocab 8192; fi
 
 demo: corpus

@@ -4,6 +4,10 @@
 #   OUT_DIR/tdavid.txt  C. H. Spurgeon, The Treasury of David (commentary on the Psalms, 1869-1885)
 #   OUT_DIR/web.txt     World English Bible (engWEB2015eb, with the deuterocanon)
 #   OUT_DIR/kjv.txt     King James Version (engKJV2006eb)
+# and beside each, NAME.groups: one line per document naming its group for the held-out split
+# (`attnlab prepare --split groups`): the book for a Bible chapter ("Genesis"), except that each
+# psalm is its own group, "Psalms 23", shared by its chapter in both translations and by the
+# Treasury's commentary on it. A book is thus held out in both translations at once.
 # Verse references, footnotes, Strong's markup, pilcrows and emphasis markers are stripped.
 # Documents (a Bible chapter, a psalm's commentary) are separated by one blank line, which is what
 # `attnlab prepare` splits train/val on (docs/data.md). Idempotent: existing non-empty outputs are
@@ -77,7 +81,21 @@ for my $i (0 .. $#items) {
   if (length $heading && $heading eq $previous) { $stuck{$heading} = 1 if ++$run >= 2; } else { $run = 1; }
   $previous = $heading;
 }
+open(my $groups, '>:encoding(UTF-8)', $ENV{GROUPS_OUT}) or die "cannot write $ENV{GROUPS_OUT}: $!";
 my ($chapter, $last_heading, $after_blank, @pending) = ('', '', 0);
+# A document starts at the first line printed after the chapter changed (a chapter whose verses
+# are all empty prints nothing and starts none); its group is the book, or the psalm.
+my ($open_chapter, $documents) = ('', 0);
+sub emit {
+  my $text = shift;
+  if ($chapter ne $open_chapter) {
+    print "\n" if $documents++;
+    my ($book) = $chapter =~ /^(.*) \d+$/;
+    print $groups ($book eq 'Psalms' ? $chapter : $book), "\n";
+    $open_chapter = $chapter;
+  }
+  print "$text\n";
+}
 for my $item (@items) {
   my ($kind, $text, $key, $before_verse) = @$item;
   if ($kind eq 'b') { $after_blank = 1; next; }
@@ -86,16 +104,16 @@ for my $item (@items) {
       next if $stuck{$text} && $text eq $last_heading;
       $last_heading = $text if $after_blank;
     }
-    if ($after_blank) { push @pending, $text; } else { print "$text\n"; }
+    if ($after_blank) { push @pending, $text; } else { emit($text); }
     next;
   }
-  print "\n" if length $chapter && $key ne $chapter;
   $chapter = $key;
-  print "$_\n" for @pending;
+  emit($_) for @pending;
   @pending = (); $after_blank = 0;
-  print "$text\n" if length $text;
+  emit($text) if length $text;
 }
-print "$_\n" for @pending;
+emit($_) for @pending;
+close($groups) or die "cannot write $ENV{GROUPS_OUT}: $!";
 PERL
 
 # Treasury of David, diatheke -f plain: "Psalms C:V: text" with the commentary of a whole psalm
@@ -104,12 +122,14 @@ PERL
 read -r -d '' TDAVID_CLEANER <<'PERL' || true
 use strict; use warnings; use utf8;
 binmode STDIN, ':encoding(UTF-8)'; binmode STDOUT, ':encoding(UTF-8)';
+open(my $groups, '>:encoding(UTF-8)', $ENV{GROUPS_OUT}) or die "cannot write $ENV{GROUPS_OUT}: $!";
 my ($psalm, $started) = (-1, 0);
 while (my $line = <STDIN>) {
   chomp $line;
   next if $line =~ /^\(TDavid\)$/;
   if ($line =~ s/^Psalms (\d+):\d+: ?//) {
     if ($started && $1 != $psalm) { print "\n"; }
+    print $groups "Psalms $1\n" if !$started || $1 != $psalm;   # the group of the psalm's document
     $psalm = $1; $started = 1;
   }
   for my $par (split /\s{3,}/, $line) {
@@ -120,19 +140,20 @@ while (my $line = <STDIN>) {
     print "$par\n" if length $par;
   }
 }
+close($groups) or die "cannot write $ENV{GROUPS_OUT}: $!";
 PERL
 
 # fetch NAME MODULE KEY CLEANER [diatheke options...]
 fetch() {
   local name=$1 module=$2 key=$3 cleaner=$4
   shift 4
-  local dest="$out/$name.txt"
-  if [[ -s "$dest" ]]; then
-    echo "fetch_corpus: $dest exists, keeping it" >&2
+  local dest="$out/$name.txt" groups="$out/$name.groups"
+  if [[ -s "$dest" && -s "$groups" ]]; then
+    echo "fetch_corpus: $dest and $groups exist, keeping them" >&2
     return
   fi
-  echo "fetch_corpus: $module -> $dest" >&2
-  diatheke -b "$module" -f plain "$@" -k "$key" | perl -e "$cleaner" >"$dest.tmp"
+  echo "fetch_corpus: $module -> $dest, $groups" >&2
+  diatheke -b "$module" -f plain "$@" -k "$key" | GROUPS_OUT="$groups.tmp" perl -e "$cleaner" >"$dest.tmp"
   local bytes
   bytes=$(stat -c %s "$dest.tmp")
   if ((bytes < 1000000)); then
@@ -144,8 +165,17 @@ fetch() {
     echo "fetch_corpus: $dest.tmp still holds verse references or markup; the cleaner needs updating" >&2
     exit 1
   fi
+  # one group per document: documents are the blank-line separated paragraphs (awk's RS="")
+  local documents names
+  documents=$(awk 'BEGIN { RS = "" } END { print NR }' "$dest.tmp")
+  names=$(grep -c '' "$groups.tmp")
+  if ((documents != names)); then
+    echo "fetch_corpus: $dest.tmp has $documents documents but $groups.tmp names $names groups; the cleaner needs updating" >&2
+    exit 1
+  fi
   mv -f "$dest.tmp" "$dest"
-  echo "fetch_corpus: $dest: $bytes bytes, $(grep -c '' "$dest") lines" >&2
+  mv -f "$groups.tmp" "$groups"
+  echo "fetch_corpus: $dest: $bytes bytes, $(grep -c '' "$dest") lines, $documents documents in $(sort -u "$groups" | grep -c '') groups" >&2
 }
 
 fetch tdavid TDavid "Psalms 1:1-150:6" "$TDAVID_CLEANER"

@@ -7,7 +7,7 @@
 #
 # Usage: scripts/instruments_demo.sh OUT_DIR
 #   run from the repository root; the tool is $ATTNLAB (default build/release/attnlab).
-#   Data: data/default if it holds train.bin/val.bin (made by `make demo`), else OUT_DIR/data prepared
+#   Data: data/heldout if it holds train.bin/val.bin (made by `make demo`), else OUT_DIR/data prepared
 #   from tests/data/*.txt with vocabulary 400 (as tests/cli/test_cli.sh does).
 #   Budget knobs (environment): STEPS (default 300), TASK_STEPS (default 200), EVAL_TOKENS (default
 #   32768), TASK_SAMPLES (default 64), PASSKEY (default "rope alibi goat": the models trained on passkey).
@@ -24,8 +24,8 @@ mkdir -p "$OUT"
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 # (a) data
-if [ -f data/default/train.bin ] && [ -f data/default/val.bin ]; then
-  DATA=data/default
+if [ -f data/heldout/train.bin ] && [ -f data/heldout/val.bin ]; then
+  DATA=data/heldout
 else
   DATA="$OUT/data"
   if [ ! -f "$DATA/val.bin" ]; then

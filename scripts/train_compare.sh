@@ -6,14 +6,14 @@
 #
 #   scripts/train_compare.sh OUT_DIR 'name:key=value;key=value' ['name2:...' ...]
 #
-# The base configuration is `--preset small` with data in data/default and no time limit (so every
+# The base configuration is `--preset small` with data in data/heldout and no time limit (so every
 # variant sees exactly the same tokens); override it with BASE, e.g.
 #   BASE="--preset small --set train.steps=320" scripts/train_compare.sh runs/cmp 'rope:' 'xsa:attn.xsa=on'
 # Set BIN to use another binary (default build/release/attnlab).
 set -euo pipefail
 BIN=${BIN:-build/release/attnlab}
 BASE=${BASE:---preset small}
-DATA=${DATA:-data/default}
+DATA=${DATA:-data/heldout}
 [ $# -ge 2 ] || { echo "usage: $0 OUT_DIR 'name:key=value;...' ..." >&2; exit 2; }
 out=$1; shift
 mkdir -p "$out"

@@ -36,7 +36,7 @@ TEST(Config, DefaultsAndDerived) {
   EXPECT_EQ(c.model.mlp_hidden, 4 * 96);     // gelu: 4d
   const Config s = from_text("model.d_model = 768\nmodel.n_head = 12\nmodel.mlp = swiglu\n");
   EXPECT_EQ(s.model.mlp_hidden, 2048);       // §1.1: 64*ceil(8d/192) = 2048 for d = 768
-  EXPECT_EQ(c.data.train, "data/default/train.bin");
+  EXPECT_EQ(c.data.train, "data/heldout/train.bin");
 }
 
 TEST(Config, TablesCommentsAndTypes) {

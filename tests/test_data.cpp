@@ -526,17 +526,33 @@ TEST(Prepare, EndToEndOnTheTestCorpus) {
     }
   EXPECT_EQ(decoded, kept);
   EXPECT_EQ(meta["train"]["bytes"].get<size_t>() + meta["val"]["bytes"].get<size_t>(), kept);
-  // val holds at least val_fraction of the bytes, overshooting by less than one piece.
+  // The default split holds out whole documents: val is at least val_fraction of the bytes,
+  // overshooting by less than one document (the largest is a psalm), and each of its segments
+  // is a whole document: a bos before each document and nowhere else.
+  EXPECT_EQ(meta["split"]["unit"], "documents");
+  EXPECT_EQ(meta["split"]["units"].get<int>(), 32);
+  EXPECT_EQ(meta["tokenizer"]["trained_on"], "train text");
   const double val_share = meta["val"]["bytes"].get<double>() / double(kept);
   EXPECT_GE(val_share, 0.05);
-  EXPECT_LT(val_share, 0.05 + double(kPrepareMaxPieceBytes) / double(kept));
+  EXPECT_LT(val_share, 0.05 + double(non_blank_bytes(psalms)) / double(kept));
   size_t bos = 0;
   for (const Shard* s : {&train, &val})
     for (size_t i = 0; i < s->size(); ++i) bos += (*s)[i] == tok.bos_id();
-  // One per document, plus one where a document's pieces continue in the other shard (only the
-  // two psalms are longer than a piece).
-  EXPECT_GE(bos, 32u);
-  EXPECT_LE(bos, 32u + 2 * (read_file(options.inputs[1]).size() / kPrepareMaxPieceBytes + 1));
+  EXPECT_EQ(bos, 32u);
+  for (const std::string& seg : decoded_segments(val, tok)) {
+    const std::string& text = genesis.find(seg) != std::string::npos ? genesis : psalms;
+    const size_t at = text.find(seg);
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_TRUE(at == 0 || text.compare(at - 2, 2, "\n\n") == 0) << "a val segment starts inside a document";
+    EXPECT_TRUE(at + seg.size() == text.size() || text.compare(at + seg.size(), 1, "\n") == 0)
+        << "a val segment ends inside a document";
+  }
+  // The contamination record: both n-gram sizes, shares in [0, 1].
+  ASSERT_EQ(meta["contamination"].size(), 2u);
+  for (const auto& c : meta["contamination"]) {
+    EXPECT_GT(c["val_ngrams"].get<size_t>(), 0u);
+    EXPECT_LE(c["found_in_train"].get<size_t>(), c["val_ngrams"].get<size_t>());
+  }
   EXPECT_TRUE(leftover_tmp_files(dir.path() / "out").empty());
 
   // The val shard feeds a loader (about 4.6k tokens at this vocab).
@@ -559,6 +575,133 @@ TEST(Prepare, EndToEndOnTheTestCorpus) {
   prepare(options);
   EXPECT_EQ(read_file(dir / "out/train.bin"), read_file(dir / "out2/train.bin"));
   EXPECT_TRUE(leftover_tmp_files(dir.path() / "out").empty());
+}
+
+TEST(Prepare, PiecesSplitKeepsTheOldLayout) {
+  TempDir dir;
+  PrepareOptions options;
+  options.inputs = corpus_files();
+  options.out_dir = dir / "out";
+  options.vocab_size = 400;
+  options.val_fraction = 0.05;
+  options.seed = 7;
+  options.split = SplitUnit::pieces;
+  options.verbose = false;
+  prepare(options);
+  const Tokenizer tok = Tokenizer::load(dir / "out/tokenizer.model");
+  const Shard train = Shard::open(dir / "out/train.bin"), val = Shard::open(dir / "out/val.bin");
+  const auto meta = nlohmann::json::parse(read_file(dir / "out/prepare.json"));
+  EXPECT_EQ(meta["split"]["unit"], "pieces");
+  EXPECT_EQ(meta["tokenizer"]["trained_on"], "all text");
+  const size_t kept = non_blank_bytes(read_file(options.inputs[0])) + non_blank_bytes(read_file(options.inputs[1]));
+  // val holds at least val_fraction of the bytes, overshooting by less than one piece.
+  const double val_share = meta["val"]["bytes"].get<double>() / double(kept);
+  EXPECT_GE(val_share, 0.05);
+  EXPECT_LT(val_share, 0.05 + double(kPrepareMaxPieceBytes) / double(kept));
+  size_t bos = 0;
+  for (const Shard* s : {&train, &val})
+    for (size_t i = 0; i < s->size(); ++i) bos += (*s)[i] == tok.bos_id();
+  // One per document, plus one where a document's pieces continue in the other shard (only the
+  // two psalms are longer than a piece).
+  EXPECT_GE(bos, 32u);
+  EXPECT_LE(bos, 32u + 2 * (read_file(options.inputs[1]).size() / kPrepareMaxPieceBytes + 1));
+}
+
+namespace {
+// Group files for the test corpus: Genesis chapters 1-10, 11-20, 21-30 are groups "G1", "G2", "G3";
+// the two psalms share the group "P".
+std::vector<std::string> write_group_files(const fs::path& dir) {
+  std::string genesis;
+  for (int c = 0; c < 30; ++c) genesis.append("G").append(std::to_string(1 + c / 10)).append("\n");
+  const std::string g = (dir / "genesis.groups").string(), p = (dir / "psalms.groups").string();
+  std::ofstream(g) << genesis;
+  std::ofstream(p) << "P\r\n  P  \n";  // CR and spaces around a name are not part of it
+  return {g, p};
+}
+}  // namespace
+
+TEST(Prepare, GroupsSplitHoldsOutWholeGroups) {
+  TempDir dir;
+  PrepareOptions options;
+  options.inputs = corpus_files();
+  options.out_dir = dir / "out";
+  options.vocab_size = 400;
+  options.val_fraction = 0.1;
+  options.split = SplitUnit::groups;
+  options.group_files = write_group_files(dir.path());
+  options.verbose = false;
+  options.val_groups = {"G2"};
+  prepare(options);
+  auto meta = nlohmann::json::parse(read_file(dir / "out/prepare.json"));
+  EXPECT_EQ(meta["split"]["unit"], "groups");
+  EXPECT_EQ(meta["split"]["units"].get<int>(), 4);
+  EXPECT_EQ(meta["split"]["val_groups"], nlohmann::json::array({"G2"}));
+  // val is exactly Genesis 11-20: ten documents, their bytes, and each is a whole chapter.
+  const Tokenizer tok = Tokenizer::load(dir / "out/tokenizer.model");
+  const auto segments = decoded_segments(Shard::open(dir / "out/val.bin"), tok);
+  ASSERT_EQ(segments.size(), 10u);
+  const std::string genesis = read_file(options.inputs[0]);
+  size_t bytes = 0;
+  for (const std::string& seg : segments) {
+    EXPECT_NE(genesis.find(seg), std::string::npos);
+    bytes += seg.size();
+  }
+  EXPECT_EQ(meta["val"]["bytes"].get<size_t>(), bytes);
+  EXPECT_EQ(meta["inputs"][0]["val_bytes"].get<size_t>(), bytes);
+  EXPECT_EQ(meta["inputs"][1]["val_bytes"].get<size_t>(), 0u);
+
+  // A seeded sample draws whole groups: val's bytes are a sum of whole groups' bytes.
+  options.val_groups.clear();
+  options.out_dir = dir / "sampled";
+  prepare(options);
+  meta = nlohmann::json::parse(read_file(dir / "sampled/prepare.json"));
+  EXPECT_EQ(meta["split"]["chosen"], "seeded sample");
+  ASSERT_GE(meta["split"]["val_groups"].size(), 1u);
+  for (const auto& name : meta["split"]["val_groups"]) {
+    if (name == "P") {
+      EXPECT_EQ(meta["inputs"][1]["val_bytes"].get<size_t>(), non_blank_bytes(read_file(options.inputs[1])));
+    }
+  }
+}
+
+TEST(Prepare, GroupErrorsNameTheFileAndLine) {
+  TempDir dir;
+  PrepareOptions options;
+  options.inputs = corpus_files();
+  options.out_dir = dir / "out";
+  options.vocab_size = 400;
+  options.split = SplitUnit::groups;
+  options.verbose = false;
+  auto files = write_group_files(dir.path());
+  options.group_files = {files[0]};
+  expect_error([&] { prepare(options); }, {"1 --groups file", "2 --input files"});
+  options.group_files = files;
+  options.val_groups = {"G9"};
+  expect_error([&] { prepare(options); }, {"--val-groups", "'G9'"});
+  options.val_groups = {"G1", "G1"};
+  expect_error([&] { prepare(options); }, {"--val-groups", "'G1'", "twice"});
+  options.val_groups = {"G1", "G2", "G3", "P"};
+  expect_error([&] { prepare(options); }, {"every group is held out"});
+  options.val_groups.clear();
+  std::ofstream(files[1]) << "P\n\n";
+  expect_error([&] { prepare(options); }, {files[1], "line 2", "empty"});
+  std::ofstream(files[1]) << "P\n";
+  expect_error([&] { prepare(options); }, {files[1], "1 group names", "2 documents", options.inputs[1]});
+  options.split = SplitUnit::documents;
+  expect_error([&] { prepare(options); }, {"--split groups"});
+}
+
+TEST(Prepare, NgramOverlapCountsSharedRunsOfWords) {
+  // Case and punctuation do not matter; a run across two units is not an n-gram.
+  const std::vector<std::string_view> train = {"In the beginning God created the heaven", "and the earth."};
+  EXPECT_EQ(ngram_overlap({"in THE beginning, God created"}, train, 3).found_in_train, 3u);
+  EXPECT_EQ(ngram_overlap({"in THE beginning, God created"}, train, 3).held_out_ngrams, 3u);
+  EXPECT_EQ(ngram_overlap({"created the heaven and the"}, train, 3).found_in_train, 1u);  // only "created the heaven"
+  EXPECT_EQ(ngram_overlap({"the earth"}, train, 3).held_out_ngrams, 0u);                   // shorter than n
+  const NgramOverlap none = ngram_overlap({"a b c d"}, train, 2);
+  EXPECT_EQ(none.held_out_ngrams, 3u);
+  EXPECT_EQ(none.found_in_train, 0u);
+  EXPECT_DOUBLE_EQ(none.share(), 0.0);
 }
 
 // A prepare that fails after the tokenizer is trained (here: the file-size limit stops the first

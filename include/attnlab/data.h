@@ -35,6 +35,12 @@ class DataSource {
 // A corpus for training on: `attnlab prepare` (docs/data.md). From UTF-8 text files, a SentencePiece
 // BPE tokenizer (tokenizer.model) and token shards (train.bin, val.bin); from FASTA files (plain or
 // .gz), nucleotide tokens instead. Give inputs or dna_inputs, not both.
+// What the text split draws whole (docs/data.md, "The train/val split"): documents (blank-line
+// separated; the default), named groups of documents (group_files: a book in two translations is
+// held out whole), or pieces of at most 16 KiB (versions before 2026-12; parts of one document can
+// land on both sides, so validation is only weakly held out).
+enum class SplitUnit { documents, groups, pieces };
+
 struct PrepareParams {
   std::vector<std::string> inputs;      // UTF-8 text files
   std::vector<std::string> dna_inputs;  // FASTA files
@@ -42,6 +48,9 @@ struct PrepareParams {
   int vocab_size = 8192;                // text: 260 .. 65536
   double val_fraction = 0.02;           // share held out for val.bin, in (0, 0.5]
   uint64_t seed = 1337;                 // text: the tokenizer's sample and the train/val split
+  SplitUnit split = SplitUnit::documents;  // text only (FASTA: the end of each record is val)
+  std::vector<std::string> group_files; // split = groups: one per input; line i = group of document i
+  std::vector<std::string> val_groups;  // split = groups: hold out these; empty = a seeded sample
   bool quiet = true;                    // no progress lines on stdout
 };
 PrepareParams default_prepare_params();

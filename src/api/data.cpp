@@ -84,6 +84,8 @@ PrepareParams default_prepare_params() { return PrepareParams{}; }
 void prepare_data(const PrepareParams& params) {
   if (!params.dna_inputs.empty()) {
     if (!params.inputs.empty()) fail("prepare: give either --input (text) or --dna (FASTA), not both");
+    if (!params.group_files.empty() || !params.val_groups.empty() || params.split != SplitUnit::documents)
+      fail("prepare: --split, --groups and --val-groups apply to text (--input); FASTA records are split at their end");
     DnaPrepareOptions d;
     d.inputs = params.dna_inputs;
     d.out_dir = params.out_dir;
@@ -99,6 +101,11 @@ void prepare_data(const PrepareParams& params) {
   o.vocab_size = params.vocab_size;
   o.val_fraction = params.val_fraction;
   o.seed = params.seed;
+  o.split = params.split == SplitUnit::groups   ? attnlab::SplitUnit::groups
+            : params.split == SplitUnit::pieces ? attnlab::SplitUnit::pieces
+                                                : attnlab::SplitUnit::documents;
+  o.group_files = params.group_files;
+  o.val_groups = params.val_groups;
   o.verbose = !params.quiet;
   prepare(o);
 }

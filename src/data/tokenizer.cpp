@@ -147,20 +147,26 @@ int Tokenizer::eos_id() const { return processor_->eos_id(); }
 void train_tokenizer(const std::vector<std::string>& text_files, const std::string& model_prefix, int vocab_size,
                      uint64_t seed) {
   if (text_files.empty()) fail("tokenizer training: no input files; give at least one text file");
+  std::vector<std::string> texts;
+  texts.reserve(text_files.size());
+  for (const auto& path : text_files) texts.push_back(data_files::read_text_file(path, "tokenizer training input"));
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  train_tokenizer_on_text(views, text_files.front() + (text_files.size() > 1 ? " and the other inputs" : ""),
+                          model_prefix, vocab_size, seed);
+}
+
+void train_tokenizer_on_text(const std::vector<std::string_view>& texts, const std::string& source,
+                             const std::string& model_prefix, int vocab_size, uint64_t seed) {
   if (model_prefix.empty()) fail("tokenizer training: empty model prefix; give the output path without .model");
   if (vocab_size > 65536)
     fail("tokenizer training: vocab_size ", vocab_size,
          " does not fit the uint16 ids of token shards; use at most 65536");
 
-  std::vector<std::string> texts;
-  texts.reserve(text_files.size());
-  for (const auto& path : text_files) texts.push_back(data_files::read_text_file(path, "tokenizer training input"));
-
   std::vector<std::string_view> all;
   for (const auto& t : texts) append_sentences(t, all);
   size_t total_bytes = 0;
   for (auto s : all) total_bytes += s.size();
-  if (all.empty()) fail("tokenizer training: the input files hold only blank lines (", text_files.front(), " ...)");
+  if (all.empty()) fail("tokenizer training: ", source, " holds only blank lines");
 
   // A seeded sample of whole lines when the text is larger than the cap, kept in input order.
   std::vector<size_t> chosen(all.size());
@@ -180,8 +186,8 @@ void train_tokenizer(const std::vector<std::string>& text_files, const std::stri
   const size_t distinct = count_distinct_characters(sentences);
   const size_t needed = 3 + 256 + distinct;
   if (vocab_size < 0 || size_t(vocab_size) < needed)
-    fail("tokenizer training: vocab_size ", vocab_size, " is too small for ", text_files.front(),
-         text_files.size() > 1 ? " and the other inputs" : "", ": 3 control ids, 256 byte-fallback ids and ", distinct,
+    fail("tokenizer training: vocab_size ", vocab_size, " is too small for ", source,
+         ": 3 control ids, 256 byte-fallback ids and ", distinct,
          " distinct characters need ", needed, "; use a vocab_size of at least ", needed);
 
   // No model_prefix: the model comes back serialized, and is written atomically below.
@@ -212,8 +218,7 @@ void train_tokenizer(const std::vector<std::string>& text_files, const std::stri
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &iterator, &model);
   if (!status.ok())
-    fail("tokenizer training on ", text_files.front(), text_files.size() > 1 ? " and the other inputs" : "",
-         " failed: ", status.ToString(), " (vocab_size ", vocab_size, ", ", sentences.size(), " lines)");
+    fail("tokenizer training on ", source, " failed: ", status.ToString(), " (vocab_size ", vocab_size, ", ", sentences.size(), " lines)");
   if (model.empty()) fail("tokenizer training: SentencePiece returned an empty model");
   data_files::write_file_atomically(model_prefix + ".model", {model}, "tokenizer");
 }

@@ -46,6 +46,9 @@ class Tokenizer {
 // distinct characters in the text (3 control ids, 256 byte-fallback ids, one piece per character).
 void train_tokenizer(const std::vector<std::string>& text_files, const std::string& model_prefix, int vocab_size,
                      uint64_t seed);
+// The same on text in memory (each element one or more whole lines); `source` names it in errors.
+void train_tokenizer_on_text(const std::vector<std::string_view>& texts, const std::string& source,
+                             const std::string& model_prefix, int vocab_size, uint64_t seed);
 
 // Training cap: beyond this many bytes of lines, a seeded sample of lines is used. Measured on the
 // 20.8 MB default corpus, vocab 8192 (docs/data.md): a 4 MB sample trains in 6.5 s on this busy

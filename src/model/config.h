@@ -109,7 +109,7 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string dir = "data/default";  // holds train.bin, val.bin, tokenizer.model (attnlab prepare)
+  std::string dir = "data/heldout";  // holds train.bin, val.bin, tokenizer.model (attnlab prepare)
   std::string train, val, tokenizer; // resolved paths (default: inside dir)
 };
 
