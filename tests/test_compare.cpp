@@ -240,6 +240,9 @@ TEST(CompareSummary, PrimaryComparisons) {
   EXPECT_NEAR(pc[0]["p_holm"].get<double>(), std::min(1.0, p_ab < w.p ? first : second), 1e-12);
   EXPECT_NEAR(pc[1]["p_holm"].get<double>(), std::min(1.0, p_ab < w.p ? second : first), 1e-12);
   EXPECT_DOUBLE_EQ(pc[0]["sign_flip"]["p_holm"].get<double>(), 0.25);  // 2 · 0.125
+  // Holm's first step over m = 2 at α = 0.05 asks 2/2^n ≤ 0.05 one-sided (n ≥ 6: 2/64), 4/2^n two-sided (n ≥ 7).
+  EXPECT_EQ(r["primary_comparisons"]["sign_flip_min_seeds"]["one_sided"], 6);
+  EXPECT_EQ(r["primary_comparisons"]["sign_flip_min_seeds"]["two_sided"], 7);
   EXPECT_DOUBLE_EQ(pc[1]["sign_flip"]["p_holm"].get<double>(), 0.5);
   const std::string md = results_markdown(r);
   EXPECT_NE(md.find("## Primary comparisons"), std::string::npos);

@@ -313,8 +313,12 @@ std::string render_report_html(const json& results) {
          "mean loss of B with its two-sided 95% interval; <code>A &lt; B</code> and <code>A &gt; B</code> are tested one-sided, "
          "<code>A vs B</code> two-sided. p (t): paired t-test by seed when both finished the same seeds, else Welch. p (sign-flip): "
          "exact permutation test over all 2<sup>n</sup> sign patterns of the per-seed differences; n seeds cannot give less than "
-         "1/2<sup>n</sup> one-sided, 2/2<sup>n</sup> two-sided. Holm-adjusted over these "
-      << pc["comparisons"].size() << " comparisons; the table above is not adjusted (secondary). Seeds: the smallest n at which "
+         "1/2<sup>n</sup> one-sided, 2/2<sup>n</sup> two-sided";
+    if (pc.contains("sign_flip_min_seeds"))
+      o << " (so it can reject at α only from " << pc["sign_flip_min_seeds"]["one_sided"].get<int>() << " seeds one-sided, "
+        << pc["sign_flip_min_seeds"]["two_sided"].get<int>() << " two-sided, after Holm)";
+    o << ". Holm-adjusted over these " << pc["comparisons"].size() << " comparison" << (pc["comparisons"].size() == 1 ? "" : "s")
+      << "; the table above is not adjusted (secondary). Seeds: the smallest n at which "
          "the paired t-test has " << f(100 * pc["power"].get<double>(), "%.0f") << "% power at α = " << f(pc["alpha"].get<double>(), "%g")
       << " (noncentral t), from the sd of the observed per-seed differences, at the effect shown.</p>\n";
   }

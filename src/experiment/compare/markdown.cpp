@@ -32,16 +32,24 @@ void write_table(std::ostringstream& o, const compare::TextTable& t) {
 void primary_section(std::ostringstream& o, const json& primary) {
   const size_t m = primary["comparisons"].size();
   char buf[640];
-  o << "\n## Primary comparisons\n\nThe " << m << " comparison" << (m == 1 ? "" : "s")
+  o << "\n## Primary comparisons\n\n" << (m == 1 ? std::string("The comparison") : "The " + std::to_string(m) + " comparisons")
     << " the grid names in `[primary]`, fixed before the runs. Δ = mean loss of A − mean loss of B (negative: A is lower), "
        "with its two-sided 95% interval. `A < B` tests Δ < 0 and `A > B` tests Δ > 0 one-sided; `A vs B` is two-sided. "
        "p (t): the paired t-test on the per-seed differences when A and B finished the same seeds (n − 1 degrees of freedom), "
        "Welch's t-test otherwise. p (sign-flip): the exact permutation test of the per-seed differences, every one of the 2^n "
        "sign patterns enumerated; it assumes nothing of their distribution, but n seeds cannot give less than 1/2^n one-sided "
-       "or 2/2^n two-sided (the column \"smallest p possible\"). Both p-values are Holm-adjusted over these "
-    << m << " comparisons (each kind on its own); the per-variant table above (every variant against the baseline) is not "
-       "adjusted: read it as secondary.\n\n";
+       "or 2/2^n two-sided (the column \"smallest p possible\"). "
+    << (m == 1 ? std::string("With one primary comparison Holm's adjustment leaves p as it is")
+               : "Both p-values are Holm-adjusted over these " + std::to_string(m) + " comparisons (each kind on its own)")
+    << "; the per-variant table above (every variant against the baseline) is not adjusted: read it as secondary.\n\n";
   write_table(o, compare::primary_table(primary));
+  if (primary.contains("sign_flip_min_seeds")) {
+    std::snprintf(buf, sizeof buf,
+                  "\nThe sign-flip test can reject at α = %g%s only from %d seeds one-sided and %d two-sided (%s ≤ α).\n",
+                  primary["alpha"].get<double>(), m == 1 ? "" : " after Holm", primary["sign_flip_min_seeds"]["one_sided"].get<int>(),
+                  primary["sign_flip_min_seeds"]["two_sided"].get<int>(), m == 1 ? "1/2^n, 2/2^n" : "Holm's first step: m/2^n, 2m/2^n");
+    o << buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "\nSeeds for %.0f%% power: the smallest n whose paired t-test at α = %g (one-sided for `<` and `>`, two-sided for `vs`; "
                 "not Holm-adjusted) has that power, P(T' > t_{1−α, n−1}) one-sided and P(|T'| > t_{1−α/2, n−1}) two-sided, with T' "

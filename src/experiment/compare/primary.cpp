@@ -122,7 +122,12 @@ json primary_comparisons(const json& results) {
     comparisons[i]["p_holm"] = num_or_null(holm_t[i]);
     comparisons[i]["sign_flip"]["p_holm"] = num_or_null(holm_flip[i]);
   }
-  return {{"alpha", alpha}, {"power", target}, {"adjustment", "holm"}, {"comparisons", comparisons}};
+  // The seeds the sign-flip test needs before it can reject at all: Holm's first step asks
+  // m·p_min ≤ α, p_min = 1/2^n one-sided and 2/2^n two-sided.
+  const double m = double(comparisons.size());
+  const int one_sided = (int)std::ceil(std::log2(m / alpha) - 1e-9), two_sided = (int)std::ceil(std::log2(2 * m / alpha) - 1e-9);
+  return {{"alpha", alpha}, {"power", target}, {"adjustment", "holm"},
+          {"sign_flip_min_seeds", {{"one_sided", one_sided}, {"two_sided", two_sided}}}, {"comparisons", comparisons}};
 }
 
 }  // namespace attnlab::compare
