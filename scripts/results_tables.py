@@ -109,7 +109,7 @@ def main(path):
     d = json.load(open(path))
     order = [v["name"] for v in d["grid"]["variants"]]
     seeds = d["grid"]["seeds"]
-    runs = {(r["variant"], r["seed"]): r for r in d["runs"]}
+    runs = {(r["variant"], r["seed"]): r for r in d["runs"] if "budget_factor" not in r}  # not the [budget] runs
     done_seeds = [s for s in seeds if all((v, s) in runs for v in order)]
 
     print("## Whole-shard loss per seed (rank within the seed, 1 = lowest)\n")

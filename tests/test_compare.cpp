@@ -3,9 +3,13 @@
 // values (model/config_values.h) — the grid and the configs read values through one parser.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <string>
 
 #include "experiment/compare.h"
+#include "experiment/compare/plan.h"
+#include "experiment/stats.h"
 #include "model/config_values.h"
 #include "source_dir.h"
 
@@ -106,4 +110,212 @@ TEST(ConfigValues, Lists) {
   EXPECT_THROW(parse_layers("k", "[0,,1]", "w"), std::exception);
   EXPECT_THROW(parse_layers("k", "[]", "w"), std::exception);
   EXPECT_THROW(parse_layers("k", "[1, 1]", "w"), std::exception);
+}
+
+// [primary] and [budget] (docs/compare.md "Primary comparisons", "Gains in compute").
+TEST(CompareGrid, PrimaryAndBudget) {
+  const std::string v = "[variants.rope]\nset = [\"attn.pos=rope\"]\n[variants.xsa]\nset = [\"attn.xsa=on\"]\n"
+                        "[variants.goat]\nset = [\"attn.pos=goat\"]\n";
+  const Grid g = parse_grid_text("steps = 10\n" + v +
+                                     "[primary]\ncomparisons = [\"xsa < rope\", \"goat>rope by 0.02\", \"xsa vs goat\"]\n"
+                                     "effect = 0.01\nalpha = 0.1\npower = 0.9\n"
+                                     "[budget]\nfactors = [0.5, 1, 2]\n",
+                                 "g.toml");
+  ASSERT_EQ(g.primary.size(), 3u);
+  EXPECT_EQ(g.primary[0].a, "xsa");
+  EXPECT_EQ(g.primary[0].b, "rope");
+  EXPECT_EQ(g.primary[0].alternative, stats::Alternative::less);
+  EXPECT_EQ(g.primary[0].effect, 0);
+  EXPECT_EQ(g.primary[1].alternative, stats::Alternative::greater);
+  EXPECT_DOUBLE_EQ(g.primary[1].effect, 0.02);
+  EXPECT_EQ(g.primary[2].alternative, stats::Alternative::two_sided);
+  EXPECT_EQ(comparison_text(g.primary[1]), "goat > rope by 0.02");
+  EXPECT_EQ(comparison_text(g.primary[2]), "xsa vs goat");
+  EXPECT_DOUBLE_EQ(g.primary_effect, 0.01);
+  EXPECT_DOUBLE_EQ(g.primary_alpha, 0.1);
+  EXPECT_DOUBLE_EQ(g.primary_power, 0.9);
+  EXPECT_EQ(g.budget.variant, "rope");  // the baseline unless named
+  EXPECT_EQ(g.budget.factors, (std::vector<double>{0.5, 2}));  // 1 is the grid's own runs
+  EXPECT_EQ(budget_run_id("rope", 1.5, 3), "rope@1.5x_s3");
+  const Grid plain = parse_grid_text(v, "g.toml");
+  EXPECT_TRUE(plain.primary.empty());
+  EXPECT_TRUE(plain.budget.variant.empty());
+  // The shipped results grid names its primary comparisons.
+  const Grid results = parse_grid_file(source_dir() + "/configs/grids/results.toml");
+  ASSERT_EQ(results.primary.size(), 5u);
+  EXPECT_EQ(comparison_text(results.primary[0]), "xsa < rope");
+}
+
+TEST(CompareGrid, PrimaryAndBudgetErrorsNameKeyAndLine) {
+  const std::string v = "[variants.rope]\nset = [\"attn.pos=rope\"]\n[variants.xsa]\nset = [\"attn.xsa=on\"]\n";
+  auto primary = [&](const std::string& list) { return error_of(v + "[primary]\ncomparisons = [" + list + "]\n"); };
+  EXPECT_EQ(primary("\"xsa < rop\""), "g.toml:6: primary.comparisons: \"xsa < rop\": 'rop' is not a variant (variants: rope, xsa)");
+  EXPECT_EQ(primary("\"xsa < xsa\""), "g.toml:6: primary.comparisons: \"xsa < xsa\" compares xsa with itself");
+  EXPECT_EQ(primary("\"xsa < rope\", \"rope vs xsa\""),
+            "g.toml:6: primary.comparisons: \"rope vs xsa\" compares rope and xsa a second time (first as \"xsa < rope\"); give each pair once");
+  EXPECT_NE(primary("\"xsa << rope\"").find("g.toml:6: primary.comparisons: \"xsa << rope\": expected \"A < B\""), std::string::npos);
+  EXPECT_NE(primary("\"xsa against rope\"").find("expected \"A < B\""), std::string::npos);
+  EXPECT_NE(primary("\"xsa < rope by\"").find("expected \"A < B\""), std::string::npos);
+  EXPECT_NE(primary("\"xsa < rope by -1\"").find("g.toml:6: primary.comparisons = -1: expected a number in [0, "), std::string::npos);
+  EXPECT_EQ(primary("\"xsa < rope by 0\""), "g.toml:6: primary.comparisons: \"xsa < rope by 0\": the effect must be positive (a loss difference in nats per token)");
+  EXPECT_EQ(primary(""), "g.toml:6: primary.comparisons is empty (leave [primary] out for none)");
+  EXPECT_EQ(error_of(v + "[primary]\neffect = 0.01\n"), "g.toml:6: [primary] has no comparisons (add comparisons = [\"A < B\", ...])");
+  EXPECT_NE(error_of(v + "[primary]\npairs = []\n").find("g.toml:6: unknown [primary] key 'pairs'"), std::string::npos);
+  EXPECT_NE(error_of(v + "[primary]\ncomparisons = [\"xsa < rope\"]\npower = 1\n").find("g.toml:7: primary.power = 1: expected a number in"),
+            std::string::npos);
+  // [budget]
+  EXPECT_EQ(error_of(v + "[budget]\nvariant = \"rope\"\n"), "g.toml:6: [budget] has no factors (add factors = [0.5, 2]: runs at k × steps)");
+  EXPECT_EQ(error_of(v + "[budget]\nvariant = \"nope\"\nfactors = [2]\n"), "g.toml:6: budget.variant 'nope' is not a variant");
+  EXPECT_EQ(error_of(v + "[budget]\nfactors = [2, 2]\n"), "g.toml:6: budget.factors gives 2 twice");
+  EXPECT_EQ(error_of(v + "[budget]\nfactors = [1]\n"),
+            "g.toml:6: budget.factors needs a factor other than 1 (1 is the grid's own runs), e.g. [0.5, 2]");
+  EXPECT_EQ(error_of(v + "[budget]\nfactors = [0]\n"), "g.toml:6: budget.factors = 0: a factor must be positive");
+  EXPECT_EQ(error_of("steps = 10\n" + v + "[budget]\nfactors = [2, 2.04]\n"),
+            "g.toml:7: budget.factors: 2.04 and 2 both give 20 steps of 10; give factors whose steps differ");
+  EXPECT_EQ(error_of("steps = 10\n" + v + "[budget]\nfactors = [0.01]\n"), "g.toml:7: budget.factors: 0.01 × 10 steps is less than one step");
+  EXPECT_NE(error_of(v + "[budget]\nseeds = [1]\n").find("g.toml:6: unknown [budget] key 'seeds'"), std::string::npos);
+}
+
+namespace {
+
+// A results document of variants × seeds with the given final losses (NaN: no run), for the summary.
+nlohmann::json results_with(const std::map<std::string, std::vector<double>>& loss, const std::vector<std::string>& order) {
+  nlohmann::json variants = nlohmann::json::array(), runs = nlohmann::json::array();
+  for (const auto& v : order) {
+    variants.push_back({{"name", v}, {"sets", nlohmann::json::array()}});
+    for (size_t s = 0; s < loss.at(v).size(); ++s)
+      if (!std::isnan(loss.at(v)[s]))
+        runs.push_back({{"variant", v}, {"seed", uint64_t(s + 1)}, {"id", v + "_s" + std::to_string(s + 1)}, {"params", 100},
+                        {"val_loss", loss.at(v)[s]}, {"tokens_per_s", 1000.0}, {"tokens", 1000}});
+  }
+  return {{"schema", kCompareSchema}, {"version", kCompareVersion}, {"attnlab_version", "test"},
+          {"grid", {{"name", "t"}, {"preset", "tiny"}, {"sets", nlohmann::json::array()}, {"steps", 10}, {"seeds", {1, 2, 3}},
+                    {"baseline", order[0]}, {"analyze", false}, {"lengths", nullptr}, {"length_tokens", 0}, {"variants", variants},
+                    {"tasks", nlohmann::json::array()}}},
+          {"tokens_per_step", 100}, {"tokens_per_run", 1000}, {"val_tokens", 50}, {"runs", runs}};
+}
+
+}  // namespace
+
+TEST(CompareSummary, PrimaryComparisons) {
+  // a − b per seed: −0.02, −0.01, −0.03: mean −0.02, sd 0.01, t = −0.02/(0.01/√3) = −2√3 on 2 degrees
+  // of freedom, whose CDF is ½ + t/(2·sqrt(2 + t²)): one-sided p = ½ − 2√3/(2·√14) = 0.0370899…
+  // The sign-flip p: every difference negative, 1/8 (the smallest 3 seeds allow).
+  // c has no seed 3: Welch's test of c against b, and the sign-flip over the 2 shared seeds.
+  const double nan = std::nan("");
+  nlohmann::json r = results_with({{"b", {5.00, 5.10, 5.05}}, {"a", {4.98, 5.09, 5.02}}, {"c", {5.2, 5.3, nan}}}, {"b", "a", "c"});
+  r["grid"]["primary"] = {{"comparisons", {{{"text", "a < b"}, {"a", "a"}, {"b", "b"}, {"direction", "<"}, {"effect", nullptr}},
+                                           {{"text", "c vs b by 0.05"}, {"a", "c"}, {"b", "b"}, {"direction", "vs"}, {"effect", 0.05}}}},
+                          {"effect", nullptr}, {"alpha", 0.05}, {"power", 0.8}};
+  summarize_results(r);
+  ASSERT_TRUE(r.contains("primary_comparisons"));
+  const auto& pc = r["primary_comparisons"]["comparisons"];
+  ASSERT_EQ(pc.size(), 2u);
+  const auto& ab = pc[0];
+  EXPECT_EQ(ab["test"], "paired");
+  EXPECT_EQ(ab["n_paired"], 3);
+  EXPECT_NEAR(ab["diff"].get<double>(), -0.02, 1e-12);
+  EXPECT_NEAR(ab["t"].get<double>(), -2 * std::sqrt(3.0), 1e-9);
+  const double p_ab = 0.5 - 2 * std::sqrt(3.0) / (2 * std::sqrt(14.0));
+  EXPECT_NEAR(ab["p"].get<double>(), p_ab, 1e-9);
+  EXPECT_DOUBLE_EQ(ab["sign_flip"]["p"].get<double>(), 0.125);
+  EXPECT_DOUBLE_EQ(ab["sign_flip"]["p_min"].get<double>(), 0.125);
+  // The plan at the observed effect 0.02 with sd 0.01, one-sided.
+  EXPECT_EQ(ab["plan"]["effect_source"], "observed");
+  EXPECT_NEAR(ab["plan"]["effect"].get<double>(), 0.02, 1e-12);
+  EXPECT_EQ(ab["plan"]["tails"], 1);
+  EXPECT_EQ(ab["plan"]["seeds"], stats::paired_seeds_needed(0.02, 0.01, 0.05, 0.8, stats::Tails::one).n);
+  const auto& cb = pc[1];
+  EXPECT_EQ(cb["test"], "welch");
+  EXPECT_EQ(cb["n_a"], 2);
+  EXPECT_EQ(cb["n_paired"], 2);
+  const stats::Welch w = stats::welch({5.2, 5.3}, {5.00, 5.10, 5.05});
+  EXPECT_NEAR(cb["p"].get<double>(), w.p, 1e-12);  // two-sided
+  EXPECT_DOUBLE_EQ(cb["sign_flip"]["p"].get<double>(), 0.5);  // d = {0.2, 0.2}: 2 of 4 patterns have |S| ≥ 0.4
+  EXPECT_DOUBLE_EQ(cb["sign_flip"]["p_min"].get<double>(), 0.5);
+  EXPECT_EQ(cb["plan"]["effect_source"], "comparison");
+  EXPECT_EQ(cb["plan"]["tails"], 2);
+  // Holm over the two: the smaller p doubled, the larger kept (at least the smaller's adjusted value).
+  const double first = 2 * std::min(p_ab, w.p), second = std::max(first, std::max(p_ab, w.p));
+  EXPECT_NEAR(pc[0]["p_holm"].get<double>(), std::min(1.0, p_ab < w.p ? first : second), 1e-12);
+  EXPECT_NEAR(pc[1]["p_holm"].get<double>(), std::min(1.0, p_ab < w.p ? second : first), 1e-12);
+  EXPECT_DOUBLE_EQ(pc[0]["sign_flip"]["p_holm"].get<double>(), 0.25);  // 2 · 0.125
+  // Holm's first step over m = 2 at α = 0.05 asks 2/2^n ≤ 0.05 one-sided (n ≥ 6: 2/64), 4/2^n two-sided (n ≥ 7).
+  EXPECT_EQ(r["primary_comparisons"]["sign_flip_min_seeds"]["one_sided"], 6);
+  EXPECT_EQ(r["primary_comparisons"]["sign_flip_min_seeds"]["two_sided"], 7);
+  EXPECT_DOUBLE_EQ(pc[1]["sign_flip"]["p_holm"].get<double>(), 0.5);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("## Primary comparisons"), std::string::npos);
+  EXPECT_NE(md.find("| a < b | paired (3) | -0.0200 |"), std::string::npos);
+  EXPECT_NE(md.find("| c vs b by 0.05 | welch (2, 3) |"), std::string::npos);
+  EXPECT_NE(md.find("not adjusted"), std::string::npos);
+  // Without [primary]: no key, and results.md as before.
+  nlohmann::json plain = results_with({{"b", {5.0, 5.1, 5.05}}, {"a", {4.98, 5.09, 5.02}}}, {"b", "a"});
+  summarize_results(plain);
+  EXPECT_FALSE(plain.contains("primary_comparisons"));
+  EXPECT_FALSE(plain.contains("compute_gains"));
+  EXPECT_EQ(results_markdown(plain).find("## Primary"), std::string::npos);
+}
+
+TEST(CompareSummary, GainsInCompute) {
+  // The budget variant b at k = 0.5, 1, 2: L_s(k) = 5 + e_s − 0.1·ln k exactly (seed offsets e =
+  // 0, 0.02, −0.01), so every seed's line has slope −0.1 and intercept 5 + e_s. Variant a:
+  // 5 + e_s − 0.1·ln 1.5 + (0.001, −0.001, 0): u_s = L_{a,s} − a_s has mean −0.1·ln 1.5 and sd 0.001,
+  // the slopes no spread: ln k_a = ln 1.5, se = 0.001/sqrt(3·0.01), interval ln 1.5 ∓ t_{0.975, 2}·se.
+  // Variant c: 5 + e_s − 0.1·ln 4 on seeds 1 and 2: k = 4, beyond the swept 0.5–2: extrapolated.
+  const double e[3] = {0, 0.02, -0.01}, noise[3] = {0.001, -0.001, 0};
+  const double nan = std::nan("");
+  std::vector<double> b, a, c;
+  for (int s = 0; s < 3; ++s) {
+    b.push_back(5 + e[s]);
+    a.push_back(5 + e[s] - 0.1 * std::log(1.5) + noise[s]);
+    c.push_back(s < 2 ? 5 + e[s] - 0.1 * std::log(4.0) : nan);
+  }
+  nlohmann::json r = results_with({{"b", b}, {"a", a}, {"c", c}}, {"b", "a", "c"});
+  for (double k : {0.5, 2.0})
+    for (int s = 0; s < 3; ++s)
+      r["runs"].push_back({{"variant", "b"}, {"seed", uint64_t(s + 1)}, {"id", budget_run_id("b", k, s + 1)}, {"params", 100},
+                           {"val_loss", 5 + e[s] - 0.1 * std::log(k)}, {"tokens_per_s", 1000.0}, {"tokens", 1000 * k}, {"budget_factor", k}});
+  r["grid"]["budget"] = {{"variant", "b"}, {"factors", {0.5, 2.0}}};
+  summarize_results(r);
+  EXPECT_EQ(r["summary"][0]["n"], 3);  // the budget runs are not b's seeds
+  ASSERT_TRUE(r.contains("compute_gains"));
+  const auto& cg = r["compute_gains"];
+  ASSERT_TRUE(cg["fit"].is_object());
+  EXPECT_NEAR(cg["fit"]["slope"].get<double>(), -0.1, 1e-12);
+  EXPECT_NEAR(cg["fit"]["intercept"].get<double>(), 5 + (0.02 - 0.01) / 3, 1e-12);
+  EXPECT_EQ(cg["points"].size(), 3u);
+  EXPECT_DOUBLE_EQ(cg["points"][2]["tokens"].get<double>(), 2000);
+  ASSERT_EQ(cg["gains"].size(), 2u);
+  const auto& ga = cg["gains"][0];
+  EXPECT_EQ(ga["variant"], "a");
+  EXPECT_NEAR(ga["factor"].get<double>(), 1.5, 1e-9);
+  const double se = 0.001 / std::sqrt(3 * 0.01);
+  EXPECT_NEAR(ga["se_ln_factor"].get<double>(), se, 1e-9);
+  EXPECT_NEAR(ga["ci95"][0].get<double>(), 1.5 * std::exp(-4.30265272974946385232 * se), 1e-6);
+  EXPECT_NEAR(ga["ci95"][1].get<double>(), 1.5 * std::exp(4.30265272974946385232 * se), 1e-6);
+  EXPECT_FALSE(ga["extrapolated"].get<bool>());
+  const auto& gc = cg["gains"][1];
+  EXPECT_EQ(gc["n"], 2);
+  EXPECT_NEAR(gc["factor"].get<double>(), 4, 1e-9);
+  EXPECT_TRUE(gc["extrapolated"].get<bool>());
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("## Gains in compute"), std::string::npos);
+  EXPECT_NE(md.find("| a | "), std::string::npos);
+  EXPECT_NE(md.find("1.50× the tokens"), std::string::npos);
+  EXPECT_NE(md.find("4.00× the tokens (extrapolated: outside the swept 0.5–2×)"), std::string::npos);
+  // A loss that does not fall with tokens gives no gains.
+  for (auto& run : r["runs"])
+    if (run.contains("budget_factor")) run["val_loss"] = 5.5;
+  summarize_results(r);
+  EXPECT_TRUE(r["compute_gains"]["gains"].empty());
+  EXPECT_NE(r["compute_gains"]["note"].get<std::string>().find("does not fall"), std::string::npos);
+}
+
+TEST(CompareResume, ConfigKeysAddedSinceARunAreNoDifferenceAtTheirDefault) {
+  nlohmann::json now{{"train.steps", 10}, {"train.precision", "fp32"}};
+  EXPECT_EQ(compare::config_differences({{"train.steps", 10}}, now), "");
+  now["train.precision"] = "bf16";
+  EXPECT_EQ(compare::config_differences({{"train.steps", 10}}, now), "train.precision");
+  EXPECT_EQ(compare::config_differences({{"train.steps", 11}, {"train.precision", "fp32"}}, now), "train.precision, train.steps");
 }

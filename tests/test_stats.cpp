@@ -4,6 +4,15 @@
 // (12.706, 4.303, 2.228), given here to more digits; every other reference number was computed once
 // with mpmath 1.3.0 at 30 significant digits (betainc(a, b, 0, x, regularized=True) for I_x(a, b) and
 // the t CDF, findroot for the quantile) and hard-coded; the Welch example is also worked by hand below.
+// The primary-comparison statistics (docs/compare.md "Primary comparisons") are checked against
+// published worked examples: Holm's adjustment against the Holm–Bonferroni example of Wikipedia
+// (also what R's p.adjust(c(0.01, 0.04, 0.03, 0.005), "holm") prints), the sign-flip test against
+// Fisher's randomisation of Darwin's Zea mays data (The Design of Experiments, 1935, §21: 835 of the
+// 2^15 sign patterns exceed the observed sum 314 and 28 equal it) and a set enumerated by hand, the
+// seeds needed against the examples of R's ?power.t.test and the one-sample case
+// power.t.test(delta = 1, sd = 1, power = .8, type = "one.sample") → n = 9.937864; the noncentral t
+// against quadrature of its defining integral, P(T' ≤ t) = ∫ Φ(t·sqrt(u/df) − ncp) f_{χ²_df}(u) du,
+// in mpmath 1.3.0 at 30 digits (which also reproduces every R number quoted here to its printed digits).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,4 +110,150 @@ TEST(Stats, PairedDegenerate) {
   const Paired c = paired({1.0, 2.0}, {2.0, 3.0});          // constant difference: sd = 0
   EXPECT_FALSE(c.valid);
   EXPECT_DOUBLE_EQ(c.diff, -1.0);
+}
+
+TEST(Stats, TPValueBySide) {
+  // t = 2 on 5 degrees of freedom: P(T ≤ 2) = 0.949030260585070821877 (mpmath, as in StudentT).
+  const double upper = 1 - 0.949030260585070821877;
+  EXPECT_NEAR(t_p_value(2, 5, Alternative::greater), upper, 1e-12);
+  EXPECT_NEAR(t_p_value(2, 5, Alternative::less), 1 - upper, 1e-12);
+  EXPECT_NEAR(t_p_value(2, 5, Alternative::two_sided), 2 * upper, 1e-12);
+  EXPECT_NEAR(t_p_value(-2, 5, Alternative::less), upper, 1e-12);
+  // The paired sleep data's one-sided p is half the two-sided 0.0028328.
+  EXPECT_NEAR(t_p_value(-4.062127683, 9, Alternative::less), 0.0028328 / 2, 5e-7);
+}
+
+TEST(Stats, SignFlipByHand) {
+  // d = {1, 2, 3}: the 8 sign patterns sum to 6, 4, 2, 0, 0, −2, −4, −6. S_obs = 6: one pattern is
+  // ≥ 6 (p = 1/8 greater), every pattern ≤ 6 (p = 1 less), two have |S| ≥ 6 (p = 2/8 two-sided).
+  const std::vector<double> d{1, 2, 3};
+  EXPECT_DOUBLE_EQ(sign_flip(d, Alternative::greater).p, 1.0 / 8);
+  EXPECT_DOUBLE_EQ(sign_flip(d, Alternative::less).p, 1.0);
+  EXPECT_DOUBLE_EQ(sign_flip(d, Alternative::two_sided).p, 2.0 / 8);
+  // d = {−0.5, 1, −2, −3}: S_obs = −4.5. The 16 sums are ±0.5 ± 1 ± 2 ± 3 = ±6.5, ±5.5, ±4.5, ±3.5,
+  // ±2.5, ±1.5, ±0.5 (twice); three are ≤ −4.5 (−6.5, −5.5 and the observed), six have |S| ≥ 4.5.
+  const std::vector<double> e{-0.5, 1, -2, -3};
+  EXPECT_DOUBLE_EQ(sign_flip(e, Alternative::less).p, 3.0 / 16);
+  EXPECT_DOUBLE_EQ(sign_flip(e, Alternative::two_sided).p, 6.0 / 16);
+  // The smallest p n pairs allow: every difference of one sign.
+  EXPECT_DOUBLE_EQ(sign_flip({-1, -2, -3}, Alternative::less).p, 1.0 / 8);
+  EXPECT_DOUBLE_EQ(sign_flip({-1, -2, -3}, Alternative::less).p_min, 1.0 / 8);
+  EXPECT_DOUBLE_EQ(min_sign_flip_p(3, Alternative::two_sided), 2.0 / 8);
+  EXPECT_DOUBLE_EQ(min_sign_flip_p(5, Alternative::greater), 1.0 / 32);
+  EXPECT_FALSE(sign_flip({}, Alternative::less).valid);
+  EXPECT_FALSE(sign_flip(std::vector<double>(25, 1.0), Alternative::less).valid);
+}
+
+TEST(Stats, SignFlipFisherDarwinZeaMays) {
+  // Darwin's 15 pairs of cross- and self-fertilised Zea mays, height differences in eighths of an
+  // inch, as Fisher (1935, §21) lists them; Σ d = 314. Fisher: 835 patterns give a larger sum and 28
+  // the same, so P(S ≥ 314) = 863/32768 = 2.634%, and two-sided (the mirror patterns) 5.267%.
+  const std::vector<double> d{49, -67, 8, 16, 6, 23, 28, 41, 14, 29, 56, 24, 75, 60, -48};
+  const SignFlip g = sign_flip(d, Alternative::greater);
+  ASSERT_TRUE(g.valid);
+  EXPECT_EQ(g.n, 15);
+  EXPECT_DOUBLE_EQ(g.p, 863.0 / 32768);
+  EXPECT_DOUBLE_EQ(sign_flip(d, Alternative::two_sided).p, 1726.0 / 32768);
+  // The same data scaled to inches (not exact in binary): the ties still count.
+  std::vector<double> inches;
+  for (double x : d) inches.push_back(x / 8 * 0.1);
+  EXPECT_DOUBLE_EQ(sign_flip(inches, Alternative::greater).p, 863.0 / 32768);
+}
+
+TEST(Stats, HolmWikipediaExample) {
+  // Wikipedia, "Holm–Bonferroni method", Example: four hypotheses with p = 0.01, 0.04, 0.03, 0.005
+  // at α = 0.05. Sorted 0.005, 0.01, 0.03, 0.04: 0.005 < 0.05/4 and 0.01 < 0.05/3 are rejected,
+  // 0.03 > 0.05/2 stops. Adjusted: 4·0.005 = 0.02, max(0.02, 3·0.01) = 0.03, max(0.03, 2·0.03) =
+  // 0.06, max(0.06, 1·0.04) = 0.06; in the input order 0.03, 0.06, 0.06, 0.02 (R's p.adjust).
+  const std::vector<double> adj = holm_adjust({0.01, 0.04, 0.03, 0.005});
+  ASSERT_EQ(adj.size(), 4u);
+  EXPECT_NEAR(adj[0], 0.03, 1e-15);
+  EXPECT_NEAR(adj[1], 0.06, 1e-15);
+  EXPECT_NEAR(adj[2], 0.06, 1e-15);
+  EXPECT_NEAR(adj[3], 0.02, 1e-15);
+  // Capped at 1; a NaN is left out of the family (m = 2 here) and stays NaN.
+  const std::vector<double> b = holm_adjust({0.6, NAN, 0.01});
+  EXPECT_DOUBLE_EQ(b[0], 0.6);
+  EXPECT_TRUE(std::isnan(b[1]));
+  EXPECT_DOUBLE_EQ(b[2], 0.02);
+  EXPECT_DOUBLE_EQ(holm_adjust({0.7, 0.8})[0], 1.0);
+}
+
+TEST(Stats, NoncentralT) {
+  // Quadrature of the defining integral in mpmath (30 digits).
+  EXPECT_NEAR(noncentral_t_cdf(2, 5, 1), 0.77807466261621487147, 1e-12);
+  EXPECT_NEAR(noncentral_t_cdf(-1, 8, 0.5), 0.076723093111300250826, 1e-12);
+  EXPECT_NEAR(noncentral_t_cdf(1.5, 10, 2.5), 0.1624379037638654671, 1e-12);
+  EXPECT_NEAR(noncentral_t_cdf(3, 4, -1), 0.99781991451625353368, 1e-12);
+  EXPECT_NEAR(noncentral_t_cdf(2.306, 8, 3), 0.25198326643474576512, 1e-12);
+  EXPECT_NEAR(noncentral_t_cdf(-2, 3, -1.5), 0.4003237316291071446, 1e-12);
+  EXPECT_NEAR(noncentral_t_cdf(36, 20, 35), 0.52795142581795959329, 1e-10);  // e^{−ncp²/2} underflows alone
+  EXPECT_DOUBLE_EQ(noncentral_t_cdf(1.5, 7.3, 0), t_cdf(1.5, 7.3));  // ncp = 0: Student's t
+}
+
+TEST(Stats, PowerAgainstRPowerTTest) {
+  // R's ?power.t.test examples (two-sample: df = 2(n − 1), ncp = δ·sqrt(n/2)/sd). R's default
+  // strict = FALSE leaves out the lower tail of the two-sided test, which this function counts:
+  // 2.3e-7 more power at n = 20 (mpmath: 0.868952801692 without it, 0.868953027724 with it).
+  EXPECT_NEAR(t_test_power(38, std::sqrt(10.0), 0.05, Tails::two), 0.8689528, 1e-6);  // power.t.test(n = 20, delta = 1)
+  EXPECT_NEAR(t_test_power(38, std::sqrt(10.0), 0.05, Tails::two), 0.868953027724, 1e-9);
+  // power.t.test(power = .90, delta = 1) → n = 22.02110; with alternative = "one.sided" → 17.84713.
+  EXPECT_NEAR(t_test_power(2 * (22.02110 - 1), std::sqrt(22.02110 / 2), 0.05, Tails::two), 0.90, 1e-6);
+  EXPECT_NEAR(t_test_power(2 * (17.84713 - 1), std::sqrt(17.84713 / 2), 0.05, Tails::one), 0.90, 1e-6);
+  // One-sample / paired: power.t.test(delta = 1, sd = 1, power = .8, type = "one.sample") → n = 9.937864.
+  EXPECT_NEAR(paired_t_power(9.937864, 1, 1, 0.05, Tails::two), 0.80, 2e-6);
+}
+
+TEST(Stats, SeedsNeeded) {
+  // Whole seeds: the power at n = 9 and 10 of the example above is 0.748017 and 0.803097 (mpmath),
+  // so 10 seeds; one-sided (n = 7.7276 continuous; 0.754396 at 7, 0.815019 at 8) 8 seeds.
+  const SeedPlan two = paired_seeds_needed(1, 1, 0.05, 0.8, Tails::two);
+  ASSERT_TRUE(two.reached);
+  EXPECT_EQ(two.n, 10);
+  EXPECT_NEAR(two.power, 0.803096856633, 1e-9);
+  EXPECT_NEAR(paired_t_power(9, 1, 1, 0.05, Tails::two), 0.748017092229, 1e-9);
+  const SeedPlan one = paired_seeds_needed(1, 1, 0.05, 0.8, Tails::one);
+  EXPECT_EQ(one.n, 8);
+  EXPECT_NEAR(one.power, 0.815019441557, 1e-9);
+  // Only the standardized effect counts: a loss gap of 0.01 at sd 0.02 is power.t.test(delta = .5,
+  // power = .8, type = "one.sample") → 33.37, so 34 seeds (0.795366 at 33, 0.807778 at 34).
+  EXPECT_EQ(paired_seeds_needed(0.01, 0.02, 0.05, 0.8, Tails::two).n, 34);
+  EXPECT_EQ(paired_seeds_needed(0.5, 1, 0.05, 0.8, Tails::two).n, 34);
+  // Two seeds give one degree of freedom (t_0.975 = 12.7): effect/sd = 30 has power 0.99913 there,
+  // 10 only 0.73282 (mpmath), so 3 seeds. No effect or no spread gives no plan; a cap is reported.
+  EXPECT_EQ(paired_seeds_needed(30, 1, 0.05, 0.8, Tails::two).n, 2);
+  EXPECT_NEAR(paired_t_power(2, 10, 1, 0.05, Tails::two), 0.732819589805712, 1e-9);
+  EXPECT_EQ(paired_seeds_needed(10, 1, 0.05, 0.8, Tails::two).n, 3);
+  EXPECT_EQ(paired_seeds_needed(0, 1, 0.05, 0.8, Tails::two).n, 0);
+  EXPECT_EQ(paired_seeds_needed(1, 0, 0.05, 0.8, Tails::two).n, 0);
+  const SeedPlan capped = paired_seeds_needed(0.001, 1, 0.05, 0.8, Tails::two, 1000);
+  EXPECT_FALSE(capped.reached);
+  EXPECT_EQ(capped.n, 1000);
+}
+
+TEST(Stats, LeastSquaresLineByHand) {
+  // x = {0, 1, 2}, y = {1, 3, 4}: x̄ = 1, ȳ = 8/3, Sxx = 2, Sxy = 3, slope 3/2, intercept 7/6;
+  // residuals −1/6, 1/3, −1/6; Syy = 42/9, r² = 1 − (1/6)/(42/9) = 27/28.
+  const LineFit f = least_squares_line({0, 1, 2}, {1, 3, 4});
+  ASSERT_TRUE(f.valid);
+  EXPECT_NEAR(f.slope, 1.5, 1e-15);
+  EXPECT_NEAR(f.intercept, 7.0 / 6, 1e-15);
+  EXPECT_NEAR(f.r2, 27.0 / 28, 1e-15);
+  ASSERT_EQ(f.residuals.size(), 3u);
+  EXPECT_NEAR(f.residuals[1], 1.0 / 3, 1e-15);
+  EXPECT_FALSE(least_squares_line({1, 1}, {2, 3}).valid);
+}
+
+TEST(Stats, RatioOfMeansDeltaMethodByHand) {
+  // u = {1, 2, 3}, v = {2, 2, 4}: ū = 2, v̄ = 8/3, R = 3/4; s_u² = 1, s_v² = 4/3, s_uv = 1;
+  // var = (1 − 2·(3/4)·1 + (9/16)·(4/3)) / (3·64/9) = (1/4)/(64/3) = 3/256; t_{0.975, 2} = 4.30265272974946385232.
+  const Ratio r = ratio_of_means({1, 2, 3}, {2, 2, 4});
+  ASSERT_TRUE(r.valid);
+  EXPECT_EQ(r.n, 3);
+  EXPECT_NEAR(r.ratio, 0.75, 1e-15);
+  EXPECT_NEAR(r.se, std::sqrt(3.0 / 256), 1e-15);
+  EXPECT_NEAR(r.lo, 0.75 - 4.30265272974946385232 * std::sqrt(3.0 / 256), 1e-9);
+  EXPECT_NEAR(r.hi, 0.75 + 4.30265272974946385232 * std::sqrt(3.0 / 256), 1e-9);
+  EXPECT_FALSE(ratio_of_means({1}, {2}).valid);
+  EXPECT_DOUBLE_EQ(ratio_of_means({1}, {2}).ratio, 0.5);
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "experiment/stats.h"
+
 namespace attnlab {
 
 inline constexpr const char* kCompareSchema = "attnlab.compare";
@@ -30,6 +32,22 @@ struct GridTask {
   int samples = 64;                    // per length (and depth, for the needle)
 };
 
+// A primary comparison of the grid's [primary] table (docs/compare.md "Primary comparisons"), written
+// "A < B" (A's loss is lower: the one-sided alternative mean(loss_A − loss_B) < 0), "A > B", or
+// "A vs B" (two-sided), optionally followed by "by EFFECT" (the loss difference to plan seeds for).
+struct GridComparison {
+  std::string a, b;
+  stats::Alternative alternative = stats::Alternative::two_sided;
+  double effect = 0;  // > 0: this comparison's planning effect; 0: [primary] effect, else the observed difference
+};
+
+// The grid's [budget] table (docs/compare.md "Gains in compute"): runs of one variant at k × the
+// grid's steps (every seed), to express the other variants' losses as "the variant at k× the tokens".
+struct GridBudget {
+  std::string variant;          // "" when the grid has no [budget] table
+  std::vector<double> factors;  // the k ≠ 1 in file order (k = 1 is the grid's own runs)
+};
+
 struct Grid {
   std::string name = "grid";
   std::string preset;                  // built-in preset applied first (may be empty)
@@ -44,7 +62,18 @@ struct Grid {
   std::string lengths;                 // length-extrapolation sweep of every final model ("" = none), e.g. "1,2,4"
   int length_tokens = 32768;           // tokens scored per length (the same stream prefix at every length)
   std::vector<GridTask> tasks;         // in file order
+  std::vector<GridComparison> primary; // [primary] comparisons, in file order (empty: none)
+  double primary_effect = 0;           // [primary] effect: the planning effect of comparisons without their own (0: observed)
+  double primary_alpha = 0.05;         // [primary] alpha: level of the tests and of the seed plan
+  double primary_power = 0.8;          // [primary] power: the seed plan's target power
+  GridBudget budget;
 };
+
+// "A < B", "A > B", "A vs B", with " by EFFECT" when the comparison has its own effect.
+std::string comparison_text(const GridComparison& c);
+// The [budget] run id of a variant at factor k: "<variant>@<k>x_s<seed>" ('@' is not allowed in
+// variant names, so it cannot collide with a variant's run).
+std::string budget_run_id(const std::string& variant, double factor, uint64_t seed);
 
 // Parses a grid file (the TOML subset of configs, docs/compare.md); errors name the file and line.
 Grid parse_grid_file(const std::string& path);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "experiment/compare.h"
+#include "experiment/compare/inference.h"
 #include "experiment/stats.h"
 
 namespace attnlab {
@@ -206,6 +207,19 @@ Series across_seeds(const std::string& name, const std::string& color, const std
   return s;
 }
 
+// A text table of compare/inference.h as an HTML table with `id`.
+std::string html_table(const std::string& id, const compare::TextTable& t) {
+  std::string h = "<table id=\"" + id + "\">\n<tr>";
+  for (const auto& x : t.header) h += "<th>" + esc(x) + "</th>";
+  h += "</tr>\n";
+  for (const auto& row : t.rows) {
+    h += "<tr>";
+    for (size_t i = 0; i < row.size(); ++i) h += (i < t.numeric.size() && t.numeric[i] ? "<td class=\"n\">" : "<td>") + esc(row[i]) + "</td>";
+    h += "</tr>\n";
+  }
+  return h + "</table>\n";
+}
+
 }  // namespace
 
 std::string render_report_html(const json& results) {
@@ -215,7 +229,8 @@ std::string render_report_html(const json& results) {
   std::map<std::string, std::string> color;
   for (size_t i = 0; i < order.size(); ++i) color[order[i]] = kColors[i % 10];
   std::map<std::string, std::vector<const json*>> runs_of;
-  for (const auto& r : results["runs"]) runs_of[r["variant"].get<std::string>()].push_back(&r);
+  for (const auto& r : results["runs"])
+    if (!compare::is_budget_run(r)) runs_of[r["variant"].get<std::string>()].push_back(&r);
 
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>attnlab compare: " << esc(g["name"].get<std::string>())
@@ -289,6 +304,37 @@ std::string render_report_html(const json& results) {
        "validation shard; Welch's unequal-variance t-test, Welch–Satterthwaite degrees of freedom, two-sided p. Paired: the mean of "
        "the per-seed differences to the baseline's run of the same seed (same data order) and its t-test on n − 1 degrees of "
        "freedom. With few seeds the intervals are wide.</p>\n";
+
+  // The primary comparisons and the gains in compute, where the grid has them (docs/compare.md).
+  if (results.contains("primary_comparisons") && results["primary_comparisons"].is_object()) {
+    const json& pc = results["primary_comparisons"];
+    o << "<h2>Primary comparisons</h2>\n" << html_table("primary-table", compare::primary_table(pc))
+      << "<p style=\"font-size:13px;color:#555\">The comparisons the grid names in <code>[primary]</code>. Δ = mean loss of A − "
+         "mean loss of B with its two-sided 95% interval; <code>A &lt; B</code> and <code>A &gt; B</code> are tested one-sided, "
+         "<code>A vs B</code> two-sided. p (t): paired t-test by seed when both finished the same seeds, else Welch. p (sign-flip): "
+         "exact permutation test over all 2<sup>n</sup> sign patterns of the per-seed differences; n seeds cannot give less than "
+         "1/2<sup>n</sup> one-sided, 2/2<sup>n</sup> two-sided";
+    if (pc.contains("sign_flip_min_seeds"))
+      o << " (so it can reject at α only from " << pc["sign_flip_min_seeds"]["one_sided"].get<int>() << " seeds one-sided, "
+        << pc["sign_flip_min_seeds"]["two_sided"].get<int>() << " two-sided, after Holm)";
+    o << ". Holm-adjusted over these " << pc["comparisons"].size() << " comparison" << (pc["comparisons"].size() == 1 ? "" : "s")
+      << "; the table above is not adjusted (secondary). Seeds: the smallest n at which "
+         "the paired t-test has " << f(100 * pc["power"].get<double>(), "%.0f") << "% power at α = " << f(pc["alpha"].get<double>(), "%g")
+      << " (noncentral t), from the sd of the observed per-seed differences, at the effect shown.</p>\n";
+  }
+  if (results.contains("compute_gains") && results["compute_gains"].is_object()) {
+    const json& cg = results["compute_gains"];
+    const std::string base = cg["variant"].get<std::string>();
+    o << "<h2>Gains in compute</h2>\n<p style=\"font-size:13px;color:#555\"><code>" << esc(base)
+      << "</code> trained at k × the grid's tokens per run; least-squares line of its final loss in ln(tokens): "
+      << esc(compare::gains_fit_text(cg)) << ". A line in log tokens, not a power law (a few budgets cannot determine its "
+         "curvature).</p>\n" << html_table("budget-table", compare::budget_points_table(cg));
+    if (!cg["gains"].empty())
+      o << html_table("gains-table", compare::gains_table(cg)) << "<p style=\"font-size:13px;color:#555\">Each variant's mean loss "
+        << "read off the line: the tokens <code>" << esc(base) << "</code> needs to match it, in multiples of this grid's. Interval: "
+           "delta method for the ratio of the per-seed means over seeds, t<sub>0.975, n−1</sub>. Outside the swept range the line "
+           "is extrapolated.</p>\n";
+  }
 
   // Length extrapolation: loss against the evaluated length, mean ± sd over seeds.
   {

@@ -1,6 +1,8 @@
 #include "experiment/stats.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace attnlab::stats {
@@ -122,6 +124,166 @@ Paired paired(const std::vector<double>& a, const std::vector<double>& b, double
   if (!(r.se > 0)) return r;
   r.df = r.n - 1;
   finish_t_test(r, alpha);
+  return r;
+}
+
+double t_p_value(double t, double df, Alternative alt) {
+  if (std::isnan(t) || !(df > 0)) return std::numeric_limits<double>::quiet_NaN();
+  switch (alt) {
+    case Alternative::less: return t_cdf(t, df);
+    case Alternative::greater: return t_cdf(-t, df);  // P(T ≥ t) = P(T ≤ −t): no 1 − x cancellation
+    case Alternative::two_sided: break;
+  }
+  return std::isinf(t) ? 0.0 : incomplete_beta(df / 2, 0.5, df / (df + t * t));
+}
+
+double min_sign_flip_p(int n, Alternative alt) {
+  return (alt == Alternative::two_sided ? 2.0 : 1.0) / std::ldexp(1.0, n);
+}
+
+SignFlip sign_flip(const std::vector<double>& d, Alternative alt) {
+  SignFlip r;
+  r.n = (int)d.size();
+  r.p_min = min_sign_flip_p(r.n, alt);
+  r.p = std::numeric_limits<double>::quiet_NaN();
+  if (r.n == 0 || r.n > 24) return r;
+  double observed = 0, scale = 0;
+  for (double x : d) { observed += x; scale += std::fabs(x); }
+  const double tie = 1e-12 * scale;  // sums of the same terms in another order may differ in the last bits
+  const uint64_t patterns = uint64_t(1) << r.n;
+  uint64_t extreme = 0;
+  for (uint64_t mask = 0; mask < patterns; ++mask) {  // bit i set: d_i with the other sign
+    double sum = 0;
+    for (int i = 0; i < r.n; ++i) sum += ((mask >> i) & 1) ? -d[i] : d[i];
+    const bool as_extreme = alt == Alternative::greater ? sum >= observed - tie
+                            : alt == Alternative::less  ? sum <= observed + tie
+                                                        : std::fabs(sum) >= std::fabs(observed) - tie;
+    extreme += as_extreme;
+  }
+  r.p = double(extreme) / double(patterns);
+  r.valid = true;
+  return r;
+}
+
+std::vector<double> holm_adjust(const std::vector<double>& p) {
+  std::vector<double> adjusted(p.size(), std::numeric_limits<double>::quiet_NaN());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (!std::isnan(p[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
+  const size_t m = order.size();
+  double running = 0;  // the max over j ≤ i keeps the adjusted values in the order of the raw ones
+  for (size_t i = 0; i < m; ++i) {
+    running = std::max(running, double(m - i) * p[order[i]]);
+    adjusted[order[i]] = std::min(1.0, running);
+  }
+  return adjusted;
+}
+
+double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+double noncentral_t_cdf(double t, double df, double ncp) {
+  if (std::isnan(t) || std::isnan(ncp) || !(df > 0)) return std::numeric_limits<double>::quiet_NaN();
+  if (ncp == 0) return t_cdf(t, df);
+  if (std::isinf(t)) return t > 0 ? 1 : 0;
+  if (t < 0) return 1 - noncentral_t_cdf(-t, df, -ncp);
+  const double x = t * t / (t * t + df);
+  const double lambda = ncp * ncp / 2;
+  const double sign = ncp > 0 ? 1 : -1;
+  const int last = int(lambda + 12 * std::sqrt(lambda) + 60);  // the Poisson(λ) weights beyond are < 1e-20
+  double sum = 0;
+  for (int j = 0; j <= last; ++j) {
+    // The weights in logs: e^{−λ} alone underflows for |ncp| > 38.
+    const double log_power = -lambda + j * std::log(lambda);
+    const double p_j = std::exp(log_power - std::lgamma(j + 1.0));
+    const double q_j = sign * std::exp(log_power + std::log(std::fabs(ncp)) - 0.5 * std::log(2.0) - std::lgamma(j + 1.5));
+    sum += p_j * incomplete_beta(j + 0.5, df / 2, x) + q_j * incomplete_beta(j + 1.0, df / 2, x);
+  }
+  return normal_cdf(-ncp) + 0.5 * sum;
+}
+
+double t_test_power(double df, double ncp, double alpha, Tails tails) {
+  const double q = t_quantile(1 - (tails == Tails::two ? alpha / 2 : alpha), df);
+  double power = 1 - noncentral_t_cdf(q, df, ncp);
+  if (tails == Tails::two) power += noncentral_t_cdf(-q, df, ncp);
+  return power;
+}
+
+double paired_t_power(double n, double effect, double sd, double alpha, Tails tails) {
+  return t_test_power(n - 1, effect * std::sqrt(n) / sd, alpha, tails);
+}
+
+SeedPlan paired_seeds_needed(double effect, double sd, double alpha, double power, Tails tails, int max_n) {
+  SeedPlan plan;
+  if (!(effect > 0) || !(sd > 0) || !(power > 0 && power < 1) || max_n < 2) return plan;  // n = 0: no plan
+  auto power_at = [&](int n) { return paired_t_power(n, effect, sd, alpha, tails); };
+  int lo = 1, hi = 2;  // power_at(lo) < power (n = 1 has no test), power_at(hi) to be found ≥ power
+  while (power_at(hi) < power) {
+    if (hi == max_n) {
+      plan.n = max_n;
+      plan.power = power_at(max_n);
+      return plan;
+    }
+    lo = hi;
+    hi = (int)std::min<int64_t>(int64_t(hi) * 2, max_n);
+  }
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (power_at(mid) >= power ? hi : lo) = mid;
+  }
+  plan.n = hi;
+  plan.power = power_at(hi);
+  plan.reached = true;
+  return plan;
+}
+
+LineFit least_squares_line(const std::vector<double>& x, const std::vector<double>& y) {
+  LineFit f;
+  const size_t n = x.size();
+  if (n < 2 || y.size() != n) return f;
+  const double mx = mean(x), my = mean(y);
+  double sxx = 0, sxy = 0, syy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    sxy += (x[i] - mx) * (y[i] - my);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  if (!(sxx > 0)) return f;
+  f.slope = sxy / sxx;
+  f.intercept = my - f.slope * mx;
+  double ss_residual = 0;
+  for (size_t i = 0; i < n; ++i) {
+    f.residuals.push_back(y[i] - (f.intercept + f.slope * x[i]));
+    ss_residual += f.residuals.back() * f.residuals.back();
+  }
+  f.r2 = syy > 0 ? 1 - ss_residual / syy : std::numeric_limits<double>::quiet_NaN();
+  f.valid = true;
+  return f;
+}
+
+Ratio ratio_of_means(const std::vector<double>& u, const std::vector<double>& v, double alpha) {
+  Ratio r;
+  if (u.size() != v.size() || u.empty()) return r;
+  r.n = (int)u.size();
+  const double mu = mean(u), mv = mean(v);
+  r.ratio = mu / mv;
+  if (r.n < 2 || mv == 0) return r;
+  double suu = 0, svv = 0, suv = 0;
+  for (int i = 0; i < r.n; ++i) {
+    suu += (u[i] - mu) * (u[i] - mu);
+    svv += (v[i] - mv) * (v[i] - mv);
+    suv += (u[i] - mu) * (v[i] - mv);
+  }
+  suu /= r.n - 1;
+  svv /= r.n - 1;
+  suv /= r.n - 1;
+  const double var = (suu - 2 * r.ratio * suv + r.ratio * r.ratio * svv) / (r.n * mv * mv);
+  r.se = std::sqrt(std::max(0.0, var));
+  if (!(r.se > 0)) return r;
+  const double q = t_quantile(1 - alpha / 2, r.n - 1);
+  r.lo = r.ratio - q * r.se;
+  r.hi = r.ratio + q * r.se;
+  r.valid = true;
   return r;
 }
 

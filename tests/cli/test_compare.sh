@@ -70,6 +70,7 @@ check "changed evaluations are refused for a finished run" '[ $? = 1 ] && grep -
 rc=$?
 check "resume to the end (exit 0)" '[ $rc = 0 ]'
 check "log says the first run is skipped" 'grep -q "rope_s1: skipped" "$WORK/c.log"'
+check "a grid without [primary] prints a hint, and results.md has no new section" 'grep -q "^hint: the grid names no primary comparisons" "$WORK/c.log" && ! grep -q "Primary comparisons" "$O/results.md"'
 check "the second run resumed from its checkpoint at step 4" 'grep -q "xsa_s1: resuming from .*(step 4)" "$WORK/c.log"'
 m2=$(stat -c %y "$O/runs/rope_s1/result.json" 2>/dev/null)
 check "the first run was not retrained (result.json mtime unchanged)" '[ "$m1" = "$m2" ]'
@@ -140,6 +141,78 @@ check "nothing was retrained or rewritten" '[ "$m3" = "$(stat -c %y "$O/runs/rop
 check "a run stopped mid-way on the old data is refused too" '[ $? = 1 ] && grep -q "runs/rope_s1/provenance.json: " "$WORK/mix2.log"'
 "$BIN" compare "$G" --out "$O" --summarize --quiet >"$WORK/mix3.log" 2>&1
 check "--summarize refuses to average runs made on other data" '[ $? = 1 ] && grep -q "made on other data" "$WORK/mix3.log"'
+
+# Primary comparisons and a budget sweep (docs/compare.md): the baseline also trained at 0.5× and
+# 2× the steps (evaluated on the whole validation shard only), then each variant's gain in compute.
+cat >"$WORK/budget.toml" <<TOML
+name = "budget"
+preset = "tiny"
+set = ["data.dir=$WORK/data", "model.vocab_size=400", "train.eval_every=2"]
+steps = 4
+seeds = [1, 2]
+lengths = "1,2"
+length_tokens = 256
+
+[variants.rope]
+set = ["attn.pos=rope"]
+
+[variants.xsa]
+set = ["attn.pos=rope", "attn.xsa=on"]
+
+[primary]
+comparisons = ["xsa < rope"]
+
+[budget]
+factors = [0.5, 2]
+TOML
+"$BIN" compare "$WORK/budget.toml" --out "$WORK/budget" >"$WORK/budget.log" 2>&1
+check "a grid with [primary] and [budget] runs (8 runs: 4 of the grid, 4 of the budget)" '[ $? = 0 ] && grep -q "\[run 8/8\] rope@2x_s2: done" "$WORK/budget.log"'
+check "budget runs are evaluated on the whole shard only" '[ -s "$WORK/budget/runs/rope@0.5x_s1/result.json" ] && [ ! -e "$WORK/budget/runs/rope@0.5x_s1/lengths.json" ] && [ -e "$WORK/budget/runs/rope_s1/lengths.json" ]'
+check "no hint for a grid with [primary]" '! grep -q "^hint:" "$WORK/budget.log"'
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 - "$WORK/budget/results.json" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["grid"]["primary"]["comparisons"][0]["text"] == "xsa < rope", r["grid"]["primary"]
+assert r["grid"]["budget"] == {"variant": "rope", "factors": [0.5, 2]}, r["grid"]["budget"]
+runs = {x["id"]: x for x in r["runs"]}
+assert runs["rope@2x_s1"]["steps"] == 8 and runs["rope@2x_s1"]["budget_factor"] == 2 and runs["rope@0.5x_s2"]["steps"] == 2
+assert runs["rope@2x_s1"]["lengths"] is None and runs["rope_s1"]["lengths"] is not None
+summ = {x["variant"]: x for x in r["summary"]}
+assert summ["rope"]["n"] == 2, summ["rope"]  # the budget runs are not rope's seeds
+c = r["primary_comparisons"]["comparisons"][0]
+assert c["test"] == "paired" and c["n_paired"] == 2 and c["direction"] == "<", c
+d = [runs["xsa_s%d" % s]["val_loss"] - runs["rope_s%d" % s]["val_loss"] for s in (1, 2)]
+assert abs(c["diff"] - sum(d) / 2) < 1e-12
+# Exact sign-flip, one-sided "<": the share of the 4 sign patterns whose sum is <= the observed one.
+sums = [a * d[0] + b * d[1] for a in (1, -1) for b in (1, -1)]
+assert c["sign_flip"]["p"] == sum(x <= sum(d) + 1e-12 for x in sums) / 4, c["sign_flip"]
+assert c["sign_flip"]["p_min"] == 0.25 and c["p_holm"] == c["p"], c
+g = r["compute_gains"]
+assert [p["factor"] for p in g["points"]] == [0.5, 1, 2] and [p["n"] for p in g["points"]] == [2, 2, 2], g["points"]
+assert g["points"][2]["tokens"] == 2 * r["tokens_per_run"], g["points"]
+assert g["fit"] is not None and g["seeds"] == [1, 2], g
+x = [math.log(p["factor"]) for p in g["points"]]; y = [p["mean"] for p in g["points"]]
+mx, my = sum(x) / 3, sum(y) / 3
+slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+assert abs(g["fit"]["slope"] - slope) < 1e-9, (g["fit"], slope)
+if slope < 0:
+    ga = g["gains"][0]
+    assert ga["variant"] == "xsa" and ga["n"] == 2
+    lv = summ["xsa"]["val_loss"]["mean"]
+    assert abs(ga["ln_factor"] - (lv - g["fit"]["intercept"]) / slope) < 1e-9, ga
+    assert ga["extrapolated"] == (not (math.log(0.5) <= ga["ln_factor"] <= math.log(2))), ga
+print("primary comparisons and gains checks passed")
+PY
+  check "results.json: primary comparisons, budget runs, gains in compute" '[ $? = 0 ]'
+fi
+check "results.md has the primary comparisons and the gains in compute" 'grep -q "## Primary comparisons" "$WORK/budget/results.md" && grep -q "| xsa < rope | paired (2) |" "$WORK/budget/results.md" && grep -q "## Gains in compute" "$WORK/budget/results.md" && grep -q "^| 2× | " "$WORK/budget/results.md"'
+check "report.html has the primary and budget tables" 'grep -q "id=\"primary-table\"" "$WORK/budget/report.html" && grep -q "id=\"budget-table\"" "$WORK/budget/report.html"'
+"$BIN" report "$WORK/budget/results.json" --out "$WORK/budget_r.html" >/dev/null 2>&1
+check "attnlab report recomputes the same page" 'cmp -s "$WORK/budget_r.html" "$WORK/budget/report.html"'
+printf '[variants.a]\nset = ["attn.pos=rope"]\n[variants.b]\nset = ["attn.pos=alibi"]\n[primary]\ncomparisons = ["a < b", "b vs c"]\n' >"$WORK/bad6.toml"
+"$BIN" compare "$WORK/bad6.toml" --out "$WORK/bad6" >"$WORK/bad6.log" 2>&1
+check "a primary comparison naming an unknown variant is an error naming the line" '[ $? = 1 ] && grep -q "bad6.toml:6: primary.comparisons: \"b vs c\": .c. is not a variant (variants: a, b)" "$WORK/bad6.log"'
 
 # Bad input fails cleanly, naming the file and line.
 printf 'steps = 3\n[variants.a]\nset = ["attn.pos=rope"]\nbogus = 1\n' >"$WORK/bad.toml"

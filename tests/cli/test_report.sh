@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `attnlab report` on the committed tests/data/compare_results.json (tests/data/compare_fixture.toml:
 # a 3-variant × 2-seed tiny grid with analyze, a length sweep and the passkey and needle tasks:
-# RoPE, XSA+GOAT, DAR): the page is self-contained and has every figure; when Debian's
+# RoPE, XSA+GOAT, DAR, with two [primary] comparisons): the page is self-contained and has every figure; when Debian's
 # chromium is installed (scripts/install_deps.sh test), it is loaded headless: no console errors,
 # every figure element in the rendered DOM, and a screenshot (kept with ATTNLAB_KEEP_SCREENSHOT=F).
 # Usage: test_report.sh ATTNLAB_BINARY SOURCE_DIR
@@ -11,7 +11,7 @@ H="$WORK/report.html"
 "$BIN" report "$SRC/tests/data/compare_results.json" --out "$H" >"$WORK/report.log" 2>&1
 check "attnlab report renders the committed results" '[ $? = 0 ] && [ -s "$H" ]'
 check "no script, stylesheet link or external reference" '! grep -qiE "<script|<link |src=\"https?:|href=\"https?:|url\(" "$H"'
-figs=(fig-val-loss fig-train-loss fig-lengths fig-task-passkey fig-task-needle fig-similarity fig-goat fig-depth results-table)
+figs=(fig-val-loss fig-train-loss fig-lengths fig-task-passkey fig-task-needle fig-similarity fig-goat fig-depth results-table primary-table)
 for id in "${figs[@]}"; do check "page has #$id" 'grep -q "id=\"$id\"" "$H"'; done
 check "one seed band per variant in the loss figures" '[ "$(grep -c "class=\"band\"" "$H")" -ge 6 ]'
 check "the table has the paired test, computed from the runs" 'grep -q "p (paired)" "$H" && grep -qE "<td class=\"n\">[+-][0-9.]+ \(2\)</td>" "$H"'

@@ -2,19 +2,24 @@
 // (parse_config_text) with the config's value parsers (model/config_values.h), so a grid and a
 // config accept the same values and fail with the same messages.
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
+#include "experiment/compare/plan.h"
 #include "model/config.h"
 #include "model/config_values.h"
 
 namespace attnlab {
 
 using config_values::parse_bool;
+using config_values::parse_float;
 using config_values::parse_int;
 using config_values::parse_quoted;
 using config_values::parse_string_list;
@@ -22,11 +27,90 @@ using config_values::parse_string_list;
 namespace {
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
 constexpr long long kMaxSeed = 1LL << 62;  // train.seed's range (model/config.cpp)
+constexpr double kMaxBudgetFactor = 1000;
+
+// One entry of [primary] comparisons: "A < B", "A > B" or "A vs B", then optionally "by EFFECT".
+// The variant names are checked once every variant is known (validate_primary).
+GridComparison parse_comparison(const std::string& key, const std::string& text, const std::string& where) {
+  std::string spaced;  // "a<b" reads as "a < b"
+  for (char c : text) {
+    if (c == '<' || c == '>') spaced += std::string(" ") + c + " ";
+    else spaced += c;
+  }
+  std::istringstream words(spaced);
+  std::vector<std::string> w;
+  for (std::string x; words >> x;) w.push_back(x);
+  const bool shape = (w.size() == 3 || (w.size() == 5 && w[3] == "by")) && (w[1] == "<" || w[1] == ">" || w[1] == "vs");
+  if (!shape)
+    fail(where, ": ", key, ": \"", text, "\": expected \"A < B\" (A's loss is lower), \"A > B\" or \"A vs B\" (either way), "
+         "optionally followed by \"by EFFECT\" (a loss difference, e.g. \"xsa < rope by 0.01\")");
+  GridComparison c;
+  c.a = w[0];
+  c.b = w[2];
+  c.alternative = w[1] == "<" ? stats::Alternative::less : w[1] == ">" ? stats::Alternative::greater : stats::Alternative::two_sided;
+  if (w.size() == 5) {
+    c.effect = parse_float(key, w[4], where, 0, std::numeric_limits<double>::max());
+    if (!(c.effect > 0)) fail(where, ": ", key, ": \"", text, "\": the effect must be positive (a loss difference in nats per token)");
+  }
+  return c;
+}
+
+// Every name a variant, no variant with itself, no pair twice (in either order or direction).
+void validate_primary(const Grid& g, const std::map<std::string, size_t>& index, const std::string& where) {
+  std::string known;
+  for (const auto& v : g.variants) known += (known.empty() ? "" : ", ") + v.name;
+  std::map<std::pair<std::string, std::string>, std::string> seen;
+  for (const auto& c : g.primary) {
+    const std::string text = comparison_text(c);
+    for (const std::string* name : {&c.a, &c.b})
+      if (!index.count(*name))
+        fail(where, ": primary.comparisons: \"", text, "\": '", *name, "' is not a variant (variants: ", known, ")");
+    if (c.a == c.b) fail(where, ": primary.comparisons: \"", text, "\" compares ", c.a, " with itself");
+    const auto pair = std::minmax(c.a, c.b);
+    if (seen.count(pair))
+      fail(where, ": primary.comparisons: \"", text, "\" compares ", c.a, " and ", c.b, " a second time (first as \"", seen[pair],
+           "\"); give each pair once");
+    seen[pair] = text;
+  }
+}
+
 }  // namespace
+
+namespace compare {
+// The k × steps of every budget factor must be whole, distinct steps, none the grid's own.
+void check_budget_steps(const GridBudget& b, int steps, const std::string& where) {
+  std::map<long long, double> by_steps{{steps, 1.0}};
+  for (double k : b.factors) {
+    const long long s = std::llround(k * steps);
+    if (s < 1) fail(where, ": budget.factors: ", k, " × ", steps, " steps is less than one step");
+    if (by_steps.count(s))
+      fail(where, ": budget.factors: ", k, " and ", by_steps[s], " both give ", s, " steps of ", steps, "; give factors whose steps differ");
+    by_steps[s] = k;
+  }
+}
+}  // namespace compare
+
+std::string comparison_text(const GridComparison& c) {
+  const char* op = c.alternative == stats::Alternative::less ? " < " : c.alternative == stats::Alternative::greater ? " > " : " vs ";
+  std::string t = c.a + op + c.b;
+  if (c.effect > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " by %g", c.effect);
+    t += buf;
+  }
+  return t;
+}
+
+std::string budget_run_id(const std::string& variant, double factor, uint64_t seed) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "@%gx_s", factor);
+  return variant + buf + std::to_string(seed);
+}
 
 Grid parse_grid_text(const std::string& text, const std::string& origin) {
   Grid g;
   bool baseline_given = false;
+  std::string primary_where, budget_where, budget_factors_where;  // the lines of [primary] comparisons, [budget], budget.factors
   std::map<std::string, size_t> index, task_index;
   // A `set` list gives each configuration key once (a second value would silently win).
   auto sets_of = [](const std::string& k, const Assignment& a) {
@@ -56,6 +140,42 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       g.lengths = parse_quoted(k, a.value, a.origin);
     } else if (k == "length_tokens") {
       g.length_tokens = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
+    } else if (k.rfind("primary.", 0) == 0) {
+      const std::string field = k.substr(8);
+      if (field == "comparisons") {
+        primary_where = a.origin;
+        for (const auto& text : parse_string_list(k, a.value, a.origin)) g.primary.push_back(parse_comparison(k, text, a.origin));
+        if (g.primary.empty()) fail(a.origin, ": ", k, " is empty (leave [primary] out for none)");
+      } else if (field == "effect") {
+        g.primary_effect = parse_float(k, a.value, a.origin, 0, std::numeric_limits<double>::max());
+        if (!(g.primary_effect > 0)) fail(a.origin, ": ", k, " must be positive (a loss difference in nats per token)");
+      } else if (field == "alpha") {
+        g.primary_alpha = parse_float(k, a.value, a.origin, 1e-6, 0.5);
+      } else if (field == "power") {
+        g.primary_power = parse_float(k, a.value, a.origin, 0.05, 0.999);
+      } else {
+        fail(a.origin, ": unknown [primary] key '", field, "' (known: comparisons, effect, alpha, power)");
+      }
+      if (primary_where.empty()) primary_where = a.origin;
+    } else if (k.rfind("budget.", 0) == 0) {
+      const std::string field = k.substr(7);
+      if (budget_where.empty()) budget_where = a.origin;
+      if (field == "variant") {
+        g.budget.variant = parse_quoted(k, a.value, a.origin);
+        budget_where = a.origin;
+      } else if (field == "factors") {
+        budget_factors_where = a.origin;
+        std::set<double> seen;
+        for (const auto& text : parse_string_list(k, a.value, a.origin)) {
+          const double f = parse_float(k, text, a.origin, 0, kMaxBudgetFactor);
+          if (!(f > 0)) fail(a.origin, ": ", k, " = ", text, ": a factor must be positive");
+          if (!seen.insert(f).second) fail(a.origin, ": ", k, " gives ", text, " twice");
+          if (f != 1) g.budget.factors.push_back(f);  // 1 is the grid's own runs
+        }
+        if (g.budget.factors.empty()) fail(a.origin, ": ", k, " needs a factor other than 1 (1 is the grid's own runs), e.g. [0.5, 2]");
+      } else {
+        fail(a.origin, ": unknown [budget] key '", field, "' (known: variant, factors)");
+      }
     } else if (k.rfind("tasks.", 0) == 0) {
       const size_t dot = k.find('.', 6);
       if (dot == std::string::npos) fail(a.origin, ": a task's settings go in a [tasks.NAME] table, got ", k);
@@ -85,7 +205,7 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
     } else {
       fail(a.origin, ": unknown grid key '", k,
            "' (known: name, preset, set, steps, seeds, baseline, ckpt_every, analyze, analyze_sequences, lengths, length_tokens, "
-           "[variants.NAME] set, [tasks.NAME] set/steps/lengths/samples)");
+           "[variants.NAME] set, [tasks.NAME] set/steps/lengths/samples, [primary] comparisons/effect/alpha/power, [budget] variant/factors)");
     }
   }
   if (g.variants.empty()) fail(origin, ": no variants (add e.g. [variants.rope] set = [\"attn.pos=rope\"])");
@@ -93,6 +213,14 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
   if (std::set<uint64_t>(g.seeds.begin(), g.seeds.end()).size() != g.seeds.size()) fail(origin, ": seeds repeat a value");
   if (!baseline_given) g.baseline = g.variants[0].name;
   if (!index.count(g.baseline)) fail(origin, ": baseline '", g.baseline, "' is not a variant");
+  if (!primary_where.empty() && g.primary.empty()) fail(primary_where, ": [primary] has no comparisons (add comparisons = [\"A < B\", ...])");
+  validate_primary(g, index, primary_where);
+  if (!budget_where.empty()) {
+    if (budget_factors_where.empty()) fail(budget_where, ": [budget] has no factors (add factors = [0.5, 2]: runs at k × steps)");
+    if (g.budget.variant.empty()) g.budget.variant = g.baseline;
+    if (!index.count(g.budget.variant)) fail(budget_where, ": budget.variant '", g.budget.variant, "' is not a variant");
+    if (g.steps > 0) compare::check_budget_steps(g.budget, g.steps, budget_factors_where);
+  }
   if (!g.preset.empty() && !preset_config_text(g.preset)) fail(origin, ": unknown preset '", g.preset, "' (tiny, small or bench)");
   return g;
 }

@@ -6,11 +6,78 @@
 
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
+#include "experiment/compare/inference.h"
 
 namespace attnlab {
 
 using nlohmann::json;
 using compare::sets_text;
+
+namespace {
+
+void write_table(std::ostringstream& o, const compare::TextTable& t) {
+  o << "|";
+  for (const auto& h : t.header) o << " " << h << " |";
+  o << "\n|";
+  for (bool n : t.numeric) o << (n ? "---:|" : "---|");
+  o << "\n";
+  for (const auto& row : t.rows) {
+    o << "|";
+    for (const auto& c : row) o << " " << c << " |";
+    o << "\n";
+  }
+}
+
+// docs/compare.md "Primary comparisons": the table and what its numbers mean.
+void primary_section(std::ostringstream& o, const json& primary) {
+  const size_t m = primary["comparisons"].size();
+  char buf[640];
+  o << "\n## Primary comparisons\n\n" << (m == 1 ? std::string("The comparison") : "The " + std::to_string(m) + " comparisons")
+    << " the grid names in `[primary]`, fixed before the runs. Δ = mean loss of A − mean loss of B (negative: A is lower), "
+       "with its two-sided 95% interval. `A < B` tests Δ < 0 and `A > B` tests Δ > 0 one-sided; `A vs B` is two-sided. "
+       "p (t): the paired t-test on the per-seed differences when A and B finished the same seeds (n − 1 degrees of freedom), "
+       "Welch's t-test otherwise. p (sign-flip): the exact permutation test of the per-seed differences, every one of the 2^n "
+       "sign patterns enumerated; it assumes nothing of their distribution, but n seeds cannot give less than 1/2^n one-sided "
+       "or 2/2^n two-sided (the column \"smallest p possible\"). "
+    << (m == 1 ? std::string("With one primary comparison Holm's adjustment leaves p as it is")
+               : "Both p-values are Holm-adjusted over these " + std::to_string(m) + " comparisons (each kind on its own)")
+    << "; the per-variant table above (every variant against the baseline) is not adjusted: read it as secondary.\n\n";
+  write_table(o, compare::primary_table(primary));
+  if (primary.contains("sign_flip_min_seeds")) {
+    std::snprintf(buf, sizeof buf,
+                  "\nThe sign-flip test can reject at α = %g%s only from %d seeds one-sided and %d two-sided (%s ≤ α).\n",
+                  primary["alpha"].get<double>(), m == 1 ? "" : " after Holm", primary["sign_flip_min_seeds"]["one_sided"].get<int>(),
+                  primary["sign_flip_min_seeds"]["two_sided"].get<int>(), m == 1 ? "1/2^n, 2/2^n" : "Holm's first step: m/2^n, 2m/2^n");
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "\nSeeds for %.0f%% power: the smallest n whose paired t-test at α = %g (one-sided for `<` and `>`, two-sided for `vs`; "
+                "not Holm-adjusted) has that power, P(T' > t_{1−α, n−1}) one-sided and P(|T'| > t_{1−α/2, n−1}) two-sided, with T' "
+                "noncentral t on n − 1 degrees of freedom and noncentrality δ·√n/s_d: ",
+                100 * primary["power"].get<double>(), primary["alpha"].get<double>());
+  o << buf
+    << "s_d the sd of the observed per-seed differences, δ the effect shown (the observed |Δ| unless the grid states one with "
+       "`by` or `[primary] effect`). A plan at the observed effect is a rough guide: s_d from few seeds is itself uncertain, "
+       "and an observed effect is biased upward when it was selected for being large.\n";
+}
+
+// docs/compare.md "Gains in compute": the budget sweep, its fit and each variant's gain.
+void gains_section(std::ostringstream& o, const json& gains) {
+  const std::string base = gains["variant"].get<std::string>();
+  o << "\n## Gains in compute\n\n`" << base << "` trained at k × this grid's tokens per run (`[budget]`), final validation loss "
+    << "on the whole shard; a least-squares line in log tokens through the per-k means of the seeds that have every budget: "
+    << compare::gains_fit_text(gains) << ". A line in ln(tokens), not a power law a + b·D^(−c): a few budgets cannot "
+    << "determine its curvature; the residuals show how straight the points lie.\n\n";
+  write_table(o, compare::budget_points_table(gains));
+  if (gains["gains"].empty()) return;
+  o << "\nEach variant's mean loss L_v read off the line: it matches `" << base << "` trained at k_v = exp((L_v − a)/b) × the "
+    << "tokens (k_v > 1: the variant is worth more tokens of `" << base << "`). Interval: per seed s the line's a_s, b_s and "
+    << "u_s = L_{v,s} − a_s; ln k_v = mean(u)/mean(b), with its delta-method standard error over the seeds and t_{0.975, n−1}, "
+    << "exponentiated. Outside the swept range the line is extrapolated, and marked so.\n\n";
+  write_table(o, compare::gains_table(gains));
+}
+
+}  // namespace
 
 std::string results_markdown(const json& results) {
   std::ostringstream o;
@@ -75,6 +142,9 @@ std::string results_markdown(const json& results) {
                   pd.c_str(), pci.c_str(), pp.c_str());
     o << buf;
   }
+  if (results.contains("primary_comparisons") && results["primary_comparisons"].is_object())
+    primary_section(o, results["primary_comparisons"]);
+  if (results.contains("compute_gains") && results["compute_gains"].is_object()) gains_section(o, results["compute_gains"]);
   // The length sweep and the tasks, when the grid has them.
   auto cell = [](const json& band, size_t i, const char* fmt) {
     char b[64];

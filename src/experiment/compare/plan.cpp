@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -118,6 +119,30 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       }
       runs.push_back(std::move(run));
     }
+  // [budget]: the variant at k × its steps; the rest of its configuration as the grid gives it.
+  if (!grid.budget.variant.empty()) {
+    const GridVariant* v = nullptr;
+    for (const auto& x : grid.variants)
+      if (x.name == grid.budget.variant) v = &x;
+    for (uint64_t seed : grid.seeds)
+      for (double factor : grid.budget.factors) {
+        std::vector<Assignment> as = run_assignments(grid, *v);
+        const Config probe = resolve_config(as);
+        const int base_steps = grid.steps > 0 ? grid.steps : probe.train.steps;
+        check_budget_steps(grid.budget, base_steps, "grid [budget] of variant " + v->name);
+        const int steps = (int)std::llround(factor * base_steps);
+        const std::string id = budget_run_id(v->name, factor, seed);
+        int ckpt = grid.ckpt_every > 0 ? grid.ckpt_every : probe.train.ckpt_every;
+        if (ckpt <= 0) ckpt = probe.train.eval_every > 0 ? probe.train.eval_every : std::max(1, steps / 4);
+        as.push_back({"train.steps", std::to_string(steps), "compare budget"});
+        as.push_back({"train.seed", std::to_string(seed), "compare budget"});
+        as.push_back({"train.ckpt_every", std::to_string(ckpt), "compare budget"});
+        as.push_back({"train.time_limit", "0", "compare budget"});
+        as.push_back({"train.out_dir", quoted(runs_dir / id), "compare budget"});
+        Run run{v, seed, id, resolve_config(as), {}, factor};
+        runs.push_back(std::move(run));
+      }
+  }
   return runs;
 }
 
@@ -130,9 +155,12 @@ json run_config_json(const Config& c) {
 
 std::string config_differences(const json& a, const json& b) {
   if (a == b) return "";
+  // A key attnlab gained after `a` was recorded (train.precision, ...) is no difference when `b`
+  // keeps it at its default: the old run trained with what that default does.
+  const json defaults = run_config_json(Config{});
   std::set<std::string> keys;
   for (const auto& [k, v] : b.items())
-    if (!a.contains(k) || a[k] != v) keys.insert(k);
+    if (a.contains(k) ? a[k] != v : !(defaults.contains(k) && defaults[k] == v)) keys.insert(k);
   for (const auto& [k, v] : a.items())
     if (!b.contains(k)) keys.insert(k);
   std::string out;
@@ -140,11 +168,27 @@ std::string config_differences(const json& a, const json& b) {
   return out;
 }
 
+json primary_json(const Grid& grid) {
+  json comparisons = json::array();
+  for (const auto& c : grid.primary) {
+    const char* direction = c.alternative == stats::Alternative::less ? "<" : c.alternative == stats::Alternative::greater ? ">" : "vs";
+    comparisons.push_back({{"text", comparison_text(c)}, {"a", c.a}, {"b", c.b}, {"direction", direction},
+                           {"effect", c.effect > 0 ? json(c.effect) : json(nullptr)}});
+  }
+  return {{"comparisons", comparisons}, {"effect", grid.primary_effect > 0 ? json(grid.primary_effect) : json(nullptr)},
+          {"alpha", grid.primary_alpha}, {"power", grid.primary_power}};
+}
+
 json tasks_json(const Grid& grid) {
   json tasks = json::array();
   for (const auto& t : grid.tasks)
     tasks.push_back({{"name", t.name}, {"sets", t.sets}, {"steps", t.steps}, {"lengths", t.lengths}, {"samples", t.samples}});
   return tasks;
+}
+
+json evaluations_json(const Grid& grid, const Run& run) {
+  if (run.budget_factor > 0) return {{"budget", true}};
+  return evaluations_json(grid);
 }
 
 json evaluations_json(const Grid& grid) {

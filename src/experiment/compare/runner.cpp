@@ -100,6 +100,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   std::vector<Run> runs = plan_runs(grid, runs_dir);
   const size_t tokens_per_step = (size_t)runs[0].cfg.train.batch_size * runs[0].cfg.model.seq_len * runs[0].cfg.train.grad_accum;
   for (const auto& r : runs) {
+    if (r.budget_factor > 0) continue;  // a [budget] run trains other tokens by design
     const size_t t = (size_t)r.cfg.train.batch_size * r.cfg.model.seq_len * r.cfg.train.grad_accum;
     if (t != tokens_per_step || r.cfg.train.steps != runs[0].cfg.train.steps)
       std::printf("compare: warning: %s trains %zu tokens, %s %zu: not equal tokens\n", r.id.c_str(), t * r.cfg.train.steps,
@@ -160,7 +161,6 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     }
     return s;
   };
-  const json grid_evals = evaluations_json(grid);
   int finished_here = 0;
   const bool tty = ::isatty(fileno(stdout));
 
@@ -168,6 +168,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     const Run& run = runs[i];
     const fs::path dir = runs_dir / run.id;
     const std::string result_path = (dir / "result.json").string();
+    const json grid_evals = evaluations_json(grid, run);
     if (fs::exists(result_path)) {
       const json done = json::parse(read_text(result_path));
       const std::string diff = done.contains("config") ? config_differences(done["config"], run_config_json(run.cfg)) : "no config recorded";
@@ -291,6 +292,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     json result{{"variant", run.v->name}, {"seed", run.seed}, {"id", run.id}, {"sets", run.v->sets},
                 {"steps", steps}, {"tokens", (long long)(tokens_per_step_run * steps)}, {"params", n_params},
                 {"val_loss", num_or_null(ev.mean())}, {"val_tokens", ev.count}};
+    if (run.budget_factor > 0) result["budget_factor"] = run.budget_factor;  // summaries keep it out of the variant's statistics
     double secs = 0;
     json train_curve = json::array();
     for (const auto& e : progress["train"]) {
@@ -305,7 +307,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     result["machine"] = machine_record();
     result["evals"] = grid_evals;
     result["analysis"] = nullptr;
-    if (grid.analyze) {
+    if (grid.analyze && run.budget_factor == 0) {
       status("analyze (" + std::to_string(grid.analyze_sequences) + " sequences)");
       auto am = load_model();
       const int T = cfg.model.seq_len;
@@ -322,7 +324,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       result["analysis"] = compact_analysis(a);
     }
     result["lengths"] = nullptr;
-    if (!grid.lengths.empty()) {
+    if (!grid.lengths.empty() && run.budget_factor == 0) {
       status("validation loss at lengths " + grid.lengths + " × T_train (" + std::to_string(grid.length_tokens) + " tokens each)");
       LengthEvalOptions lo;
       lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len);
@@ -401,6 +403,9 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
               {"seeds", grid.seeds}, {"baseline", grid.baseline}, {"analyze", grid.analyze},
               {"lengths", grid.lengths.empty() ? json(nullptr) : json(grid.lengths)}, {"length_tokens", grid.length_tokens}};
   grid_j["tasks"] = tasks_json(grid);
+  // The keys of [primary] and [budget] only where the grid has them: the documents of other grids stay as they were.
+  if (!grid.primary.empty()) grid_j["primary"] = primary_json(grid);
+  if (!grid.budget.variant.empty()) grid_j["budget"] = {{"variant", grid.budget.variant}, {"factors", grid.budget.factors}};
   json variants = json::array();
   for (const auto& v : grid.variants) variants.push_back({{"name", v.name}, {"sets", v.sets}});
   grid_j["variants"] = variants;
@@ -441,6 +446,9 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   if (opts.report) write_file_atomic((out / "report.html").string(), render_report_html(results));
   if (!opts.quiet) {
     std::printf("\n%s", results_markdown(results).c_str());
+    if (grid.primary.empty())
+      std::printf("\nhint: the grid names no primary comparisons; a [primary] table (comparisons = [\"A < B\", ...]) adds their "
+                  "Holm-adjusted tests, the exact sign-flip p and the seeds needed for 80%% power (docs/compare.md)\n");
     std::printf("\nwrote %s, %s%s\n", (out / "results.json").string().c_str(), (out / "results.md").string().c_str(),
                 opts.report ? (", " + (out / "report.html").string()).c_str() : "");
   }

@@ -1,18 +1,36 @@
 // The per-variant statistics of a results document (docs/compare.md "results.json": "summary"):
 // mean ± sd over seeds, Welch's t-test and the paired-by-seed t-test against the baseline
-// (eval/stats.h), and the bands of the length sweep and the tasks.
+// (experiment/stats.h), and the bands of the length sweep and the tasks; then the primary
+// comparisons and the gains in compute where the grid has them (compare/inference.h). The runs of a
+// [budget] sweep are kept out of their variant's statistics.
 #include <map>
 #include <string>
 #include <vector>
 
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
+#include "experiment/compare/inference.h"
 #include "experiment/stats.h"
 
 namespace attnlab {
 
 using nlohmann::json;
+using compare::is_budget_run;
 using compare::num_or_null;
+
+namespace compare {
+
+bool is_budget_run(const json& run) { return run.contains("budget_factor") && run["budget_factor"].is_number(); }
+
+std::map<std::string, std::map<uint64_t, double>> loss_by_variant_and_seed(const json& results) {
+  std::map<std::string, std::map<uint64_t, double>> loss;
+  for (const auto& r : results["runs"])
+    if (!is_budget_run(r) && r["val_loss"].is_number() && r.contains("seed") && r["seed"].is_number_unsigned())
+      loss[r["variant"].get<std::string>()][r["seed"].get<uint64_t>()] = r["val_loss"].get<double>();
+  return loss;
+}
+
+}  // namespace compare
 
 void summarize_results(json& results) {
   std::vector<std::string> order;
@@ -22,6 +40,7 @@ void summarize_results(json& results) {
   std::map<std::string, std::map<uint64_t, double>> loss_by_seed;
   std::map<std::string, json> params;
   for (const auto& r : results["runs"]) {
+    if (is_budget_run(r)) continue;
     const std::string v = r["variant"].get<std::string>();
     if (r["val_loss"].is_number()) {
       loss[v].push_back(r["val_loss"].get<double>());
@@ -62,7 +81,7 @@ void summarize_results(json& results) {
     // Length sweep and tasks: mean ± sd over the variant's runs at each length multiple.
     std::vector<const json*> vr;
     for (const auto& r : results["runs"])
-      if (r["variant"].get<std::string>() == v) vr.push_back(&r);
+      if (r["variant"].get<std::string>() == v && !is_budget_run(r)) vr.push_back(&r);
     auto band = [&](const std::vector<const json*>& parts, const char* key) {
       json mean = json::array(), sd = json::array();
       const size_t n = parts.empty() ? 0 : (*parts[0])["multiple"].size();
@@ -95,6 +114,11 @@ void summarize_results(json& results) {
     summary.push_back(s);
   }
   results["summary"] = summary;
+  // Only where the grid has [primary] / [budget]: other documents keep their keys.
+  results.erase("primary_comparisons");
+  results.erase("compute_gains");
+  if (json p = compare::primary_comparisons(results); !p.is_null()) results["primary_comparisons"] = p;
+  if (json gains = compare::compute_gains(results); !gains.is_null()) results["compute_gains"] = gains;
 }
 
 }  // namespace attnlab
