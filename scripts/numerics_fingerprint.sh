@@ -19,7 +19,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 inputs=()
 for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
-"$BIN" prepare "${inputs[@]}" --out "$WORK/data" --vocab 400 >/dev/null
+# The split of versions before 2026-12 (pieces), where the binary knows --split, so that
+# binaries from before and after the held-out split fingerprint the same data.
+split=()
+if "$BIN" prepare --help 2>/dev/null | grep -q -- '--split'; then split=(--split pieces); fi
+"$BIN" prepare "${inputs[@]}" "${split[@]}" --out "$WORK/data" --vocab 400 >/dev/null
 printf '1 2 3 4 5 6 7 8 9 10 11 12\n13 14 15 16 17 18 19 20 21 22 23 24\n' >"$WORK/ids.txt"
 
 base=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/data\"" --set train.steps=12 --set train.warmup=2
