@@ -108,7 +108,7 @@ bool Config::operator==(const Config& other) const { return to_json_string() == 
 attnlab::Config resolve(const Config& config) { return resolve_config(config.impl().assignments); }
 
 Config from_resolved(const attnlab::Config& resolved, const std::string& origin) {
-  // Every key with its resolved value, strings quoted as in a file (the CLI's resume_config does the same).
+  // Every key with its resolved value, strings quoted as in a file (as Config::from_json does).
   // (Quoted with append: GCC 12's -Wrestrict misfires on "\"" + s + "\"", as in model/config.cpp.)
   const nlohmann::json j = resolved.to_json();
   Config c;
