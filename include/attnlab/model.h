@@ -39,7 +39,8 @@ enum class Weights {
   fp32,  // as trained
   // The matrices of the linear layers and the tied embedding rounded to bf16 (to nearest even):
   // every forward multiplies by the rounded values, and decoding reads bf16 copies of them, half
-  // the bytes. Norms, biases, the activations and the KV cache stay fp32. For inference.
+  // the bytes. Norms, biases, the activations and the KV cache stay fp32. For inference (save()
+  // writes the rounded values).
   bf16,
 };
 
