@@ -1,6 +1,9 @@
 // The public API (include/attnlab/): configurations built in C++ equal the same text, errors name
 // the key, forward shapes, save/load round trip, deterministic generation, training through a
-// DataSource with callbacks, FTZ/DAZ scoped to the calls, and gemm() on two threads at once.
+// DataSource with callbacks, FTZ/DAZ scoped to the calls, and gemm() on two threads at once; the
+// functions the CLI's commands are written on: evaluate (equal to the internal evaluation and to
+// what `attnlab eval` prints), streamed generation (the same ids), bf16 weights, the length sweep,
+// logits and gradients files, tasks, analyze, model_info and bench.
 #include <gtest/gtest.h>
 
 #if defined(__SSE__)
@@ -8,14 +11,19 @@
 #endif
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "attnlab/attnlab.h"
+#include "checkpoint/checkpoint.h"
 #include "core/denormals.h"
 #include "core/gemm.h"
 #include "core/rng.h"
+#include "data/shard.h"
 #include "train/trainer.h"
 #include "train_util.h"
 
@@ -277,4 +285,306 @@ TEST(Api, GemmIsSafeOnTwoThreadsAtOnce) {
   t1.join();
   EXPECT_EQ(mismatches[0], 0);
   EXPECT_EQ(mismatches[1], 0);
+}
+
+namespace {
+
+// A checkpoint trained for a few steps on learnable shards in dir (V 50, T 16), and the shards.
+std::string trained_checkpoint(const fs::path& dir, const std::string& extra_key = "", const std::string& extra_value = "") {
+  attnlab::test_util::write_learnable_shards(dir, 50);
+  api::Config cfg = small_config(dir / "run").set("train.steps", 12).set("data.dir", "\"" + dir.string() + "\"");
+  if (!extra_key.empty()) cfg.set(extra_key, extra_value);
+  return api::train(cfg).checkpoint;
+}
+
+// The standard output of a shell command (the test's own tool, ATTNLAB_TOOL).
+std::string run_command(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+// evaluate() is the evaluation `attnlab eval` prints: bit for bit the internal one (FTZ/DAZ as the
+// tool sets them), and the tool's own line shows the same loss.
+TEST(Api, EvaluateEqualsTheInternalEvaluationAndTheEvalCommand) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "evaluate");
+  const std::string ck = trained_checkpoint(dir);
+  const std::string val = (dir / "val.bin").string();
+  api::EvalParams p = api::default_eval_params();
+  p.batches = 3;
+  p.batch_size = 4;
+  const api::EvalResult r = api::evaluate(ck, val, p);
+  EXPECT_EQ(r.seq_len, 16);
+  EXPECT_EQ(r.tokens, 3u * 4 * 16);
+  attnlab::EvalResult internal;
+  {
+    attnlab::ScopedFlushDenormals flush;
+    attnlab::GPT<float> model(attnlab::read_checkpoint_config(ck));
+    attnlab::load_checkpoint(ck, model, nullptr, nullptr);
+    model.plan(4, 16);
+    internal = attnlab::evaluate(model, attnlab::Shard::open(val), 3);
+  }
+  EXPECT_EQ(r.loss, internal.mean());
+  EXPECT_EQ(r.perplexity, std::exp(internal.mean()));
+  // The same windows scored by the cached forward (Model::loss): the same loss to rounding.
+  api::Model model = api::Model::load(ck);
+  const attnlab::Shard shard = attnlab::Shard::open(val);
+  double sum = 0;
+  for (int w = 0; w < 12; ++w) {
+    std::vector<int32_t> in(16), tgt(16);
+    for (int t = 0; t < 16; ++t) in[t] = shard[(size_t)w * 16 + t], tgt[t] = shard[(size_t)w * 16 + t + 1];
+    sum += model.loss(in, tgt, 1, 16);
+  }
+  EXPECT_NEAR(sum / 12, r.loss, 1e-5);
+#ifdef ATTNLAB_TOOL
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "loss %.4f, perplexity %.3f", r.loss, r.perplexity);
+  const std::string line =
+      run_command(std::string(ATTNLAB_TOOL) + " eval --checkpoint " + ck + " --data " + val + " --batches 3 --batch-size 4");
+  EXPECT_NE(line.find(expected), std::string::npos) << line << " (expected " << expected << ")";
+#endif
+  // Errors name the option the parameter stands for.
+  p.seq_len = -1;
+  EXPECT_THROW(api::evaluate(ck, val, p), attnlab::Error);
+  EXPECT_THROW(api::evaluate(ck, (dir / "missing.bin").string()), attnlab::Error);
+  fs::remove_all(dir);
+}
+
+// Streaming generation passes exactly the ids generate() returns, one by one, and can stop early.
+TEST(Api, StreamedGenerationGivesTheSameIds) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "stream");
+  api::Model model = api::Model::create(small_config(dir), 4);
+  api::SamplingParams p = api::default_sampling_params();
+  p.temperature = 0.8;
+  p.top_k = 8;
+  p.seed = 11;
+  const std::vector<int32_t> prompt{3, 1, 4};
+  const std::vector<int32_t> plain = model.generate(prompt, 10, p);
+  std::vector<int32_t> streamed;
+  const api::Generation g = model.generate(prompt, 10, p, [&](int32_t id) {
+    streamed.push_back(id);
+    return true;
+  });
+  EXPECT_EQ(g.ids, plain);
+  EXPECT_EQ(std::vector<int32_t>(plain.begin() + 3, plain.end()), streamed);
+  EXPECT_EQ(g.prompt_tokens, 3);
+  EXPECT_EQ(g.generated, 10);
+  EXPECT_GE(g.prefill_seconds, 0);
+  EXPECT_GE(g.decode_seconds, 0);
+  // Stopping after the fourth id: the same first four.
+  int seen = 0;
+  const api::Generation stopped = model.generate(prompt, 10, p, [&](int32_t) { return ++seen < 4; });
+  EXPECT_EQ(stopped.generated, 4);
+  EXPECT_EQ(stopped.ids, std::vector<int32_t>(plain.begin(), plain.begin() + 7));
+  // The decode bound at a given read rate (ATTNLAB_READ_GBPS: no measurement).
+  ::setenv("ATTNLAB_READ_GBPS", "10", 1);
+  const api::DecodeBound b = model.decode_bound(3, 10);
+  ::unsetenv("ATTNLAB_READ_GBPS");
+  EXPECT_EQ(b.mean_context, 3 + 9 / 2.0);
+  EXPECT_NEAR(b.weight_bytes, 4.0 * model.num_params(), 4.0 * 16 * 32);  // (all but the unused position rows)
+  EXPECT_GT(b.kv_cache_bytes, 0);
+  EXPECT_EQ(b.read_source, "ATTNLAB_READ_GBPS");
+  EXPECT_NEAR(b.ms_per_token, (b.weight_bytes + b.kv_cache_bytes) / 10e9 * 1e3, 1e-12);
+  EXPECT_FALSE(b.dram_measured);
+  fs::remove_all(dir);
+}
+
+// Weights::bf16: half the weight bytes per decode step, logits close to fp32's, deterministic,
+// and a re-planned model (another shape) computes with the same rounded weights.
+TEST(Api, Bf16WeightsAreRoundedOnceAndKeptAcrossPlans) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "bf16");
+  api::Model fp32 = api::Model::create(small_config(dir), 5);
+  const std::string ck = (dir / "m.safetensors").string();
+  fp32.save(ck);
+  api::Model bf16 = api::Model::load(ck, api::Weights::bf16);
+  const std::vector<int32_t> tokens = pattern_tokens(32, 50);
+  const std::vector<float> a = fp32.forward(tokens, 2, 16), b = bf16.forward(tokens, 2, 16);
+  float max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+  EXPECT_GT(max_diff, 0.f);
+  EXPECT_LT(max_diff, 0.1f);  // bf16 keeps 8 bits of mantissa: ~0.4% per weight, a small model's logits move by far less than 0.1
+  // Two rows take the decoding products (the bf16 copies): after other shapes were planned, the
+  // same logits as at first, and the first shape's too.
+  const std::vector<int32_t> two{1, 2};
+  const std::vector<float> few = bf16.forward(two, 1, 2);
+  (void)bf16.generate(two, 3);
+  EXPECT_EQ(bf16.forward(tokens, 2, 16), b);
+  EXPECT_EQ(bf16.forward(two, 1, 2), few);
+  ::setenv("ATTNLAB_READ_GBPS", "10", 1);
+  const double w32 = fp32.decode_bound(2, 3).weight_bytes, w16 = bf16.decode_bound(2, 3).weight_bytes;
+  ::unsetenv("ATTNLAB_READ_GBPS");
+  EXPECT_LT(w16, 0.6 * w32);
+  fs::remove_all(dir);
+}
+
+// The length sweep at the training length scores the same blocks evaluate() would, its report is
+// valid JSON of its schema, and write_json_report writes it.
+TEST(Api, LengthSweepReportsEveryLength) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "lengths");
+  const std::string ck = trained_checkpoint(dir);
+  api::LengthSweepParams p = api::default_length_sweep_params();
+  p.lengths = "1,2,40tok";
+  p.tokens = 256;
+  const api::LengthSweep s = api::evaluate_lengths(ck, (dir / "val.bin").string(), p);
+  ASSERT_EQ(s.rows.size(), 3u);
+  EXPECT_EQ(s.train_len, 16);
+  EXPECT_EQ(s.rows[0].length, 16);
+  EXPECT_EQ(s.rows[1].length, 32);
+  EXPECT_EQ(s.rows[2].length, 40);
+  for (const auto& r : s.rows) {
+    EXPECT_TRUE(r.applicable);
+    EXPECT_GT(r.tokens, 0u);
+    EXPECT_TRUE(std::isfinite(r.loss));
+  }
+  EXPECT_EQ(s.rows[0].tokens_beyond_train, 0u);
+  EXPECT_GT(s.rows[1].tokens_beyond_train, 0u);
+  EXPECT_NE(s.table.find("length"), std::string::npos);
+  const std::string json_path = (dir / "l.json").string();
+  api::write_json_report(json_path, s.json);
+  std::ifstream f(json_path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["format"], "attnlab-length-eval");
+  EXPECT_EQ(j["lengths"].size(), 3u);
+  p.lengths = "1,x";
+  EXPECT_THROW(api::evaluate_lengths(ck, (dir / "val.bin").string(), p), attnlab::Error);
+  fs::remove_all(dir);
+}
+
+// Token files, logits as .npy and the gradient dump: the dump's loss is the model's loss on them.
+TEST(Api, TokenFilesLogitsAndGradients) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "files");
+  api::Model model = api::Model::create(small_config(dir), 6);
+  const std::string ck = (dir / "m.safetensors").string();
+  model.save(ck);
+  const std::string ids = (dir / "ids.txt").string();
+  std::ofstream(ids) << "1 2 3 4 5 6 7 8 9\n9 8 7 6 5 4 3 2 1\n";
+  const auto seqs = api::read_token_file(ids);
+  ASSERT_EQ(seqs.size(), 2u);
+  EXPECT_EQ(seqs[1], (std::vector<int32_t>{9, 8, 7, 6, 5, 4, 3, 2, 1}));
+  EXPECT_FALSE(api::is_token_shard(ids));
+  std::ofstream((dir / "bad.txt").string()) << "1 2 3\n4 5\n";
+  EXPECT_THROW(api::read_token_file((dir / "bad.txt").string()), attnlab::Error);
+  // logits
+  std::vector<int32_t> flat;
+  for (const auto& s : seqs) flat.insert(flat.end(), s.begin(), s.end());
+  const std::vector<float> logits = model.forward(flat, 2, 9);
+  const std::string npy = (dir / "l.npy").string();
+  api::write_logits_npy(npy, logits, 2, 9, 50);
+  EXPECT_EQ(fs::file_size(npy), 128u + 2 * 9 * 50 * 4);
+  EXPECT_THROW(api::write_logits_npy(npy, logits, 2, 8, 50), attnlab::Error);
+  // gradients
+  const std::string out = (dir / "g.safetensors").string();
+  const double loss = api::write_gradients(ck, ids, out);
+  std::vector<int32_t> in, tgt;
+  for (const auto& s : seqs) {
+    in.insert(in.end(), s.begin(), s.end() - 1);
+    tgt.insert(tgt.end(), s.begin() + 1, s.end());
+  }
+  EXPECT_NEAR(loss, model.loss(in, tgt, 2, 8), 1e-5);
+  EXPECT_GT(fs::file_size(out), 4u * model.num_params());
+  fs::remove_all(dir);
+}
+
+// A task: its vocabulary in the configuration, a short training run, an evaluation report.
+TEST(Api, TaskTrainAndEvaluate) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "task");
+  api::TaskParams task = api::default_task_params();
+  task.name = "passkey";
+  const api::Config base = api::Config::preset("tiny")
+                               .set("model.seq_len", 80)
+                               .set("train.steps", 3)
+                               .set("train.warmup", 1)
+                               .set("train.eval_every", 0)
+                               .set("train.out_dir", "\"" + (dir / "run").string() + "\"");
+  EXPECT_THROW(api::train_task(base, task), attnlab::Error);  // the tiny preset's vocabulary is not the task's
+  const api::Config cfg = api::task_config(base, task);
+  EXPECT_EQ(cfg.get("model.vocab_size"), "70");
+  std::vector<double> losses;
+  api::TrainParams tp = api::default_train_params();
+  tp.on_step = [&](int64_t, double loss, double) { losses.push_back(loss); };
+  const api::TrainResult r = api::train_task(cfg, task, tp);
+  EXPECT_EQ(losses.size(), 3u);
+  api::TaskEvalParams ep = api::default_task_eval_params();
+  ep.lengths = "1";
+  ep.samples = 4;
+  const api::TaskEvalResult e = api::evaluate_task(r.checkpoint, task, ep);
+  ASSERT_EQ(e.cells.size(), 1u);
+  EXPECT_EQ(e.cells[0].length, 80);
+  EXPECT_EQ(e.cells[0].samples, 4u);
+  EXPECT_EQ(nlohmann::json::parse(e.json)["format"], "attnlab-task-eval");
+  ep.depths = "0.5";  // the needle's option
+  EXPECT_THROW(api::evaluate_task(r.checkpoint, task, ep), attnlab::Error);
+  fs::remove_all(dir);
+}
+
+// analyze writes analysis.json and summarises it, calling on_start first.
+TEST(Api, AnalyzeWritesTheDocument) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "analyze");
+  const std::string ck = trained_checkpoint(dir);
+  api::AnalyzeParams p = api::default_analyze_params();
+  p.sequences = 4;
+  p.bootstrap = 10;
+  p.cka_tokens = 32;
+  int started = 0;
+  p.on_start = [&](int T) { started = T; };
+  const api::AnalyzeResult r = api::analyze(ck, (dir / "val.bin").string(), (dir / "out").string(), p);
+  EXPECT_EQ(started, 16);
+  EXPECT_EQ(r.layers.size(), 2u);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_FALSE(r.has_rescue);
+  std::ifstream f(r.path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["schema"], "attnlab.analysis");
+  EXPECT_EQ(j["checkpoint"], ck);
+  EXPECT_EQ(j["loss"].get<double>(), r.loss);
+  fs::remove_all(dir);
+}
+
+// model_info counts what Model::create builds; bench times the steps it is asked for.
+TEST(Api, ModelInfoAndBench) {
+  const api::Config tiny = api::Config::preset("tiny");
+  const api::ModelInfo info = api::model_info(tiny);
+  EXPECT_EQ(info.params, api::Model::create(tiny, 1).num_params());
+  EXPECT_GT(info.activation_bytes, info.residual_activation_bytes);
+  EXPECT_EQ(info.residual_kind, "standard");
+  EXPECT_FALSE(info.dar);
+  EXPECT_TRUE(api::model_info(api::Config::preset("tiny").set("residual.kind", "dar")).dar);
+  EXPECT_FALSE(api::kernel_info().attention_kernels.empty());
+  ::setenv("ATTNLAB_PEAK_GFLOPS", "100", 1);
+  api::BenchParams p = api::default_bench_params();
+  p.steps = 2;
+  p.warmup = 0;
+  p.rounds = 2;
+  const api::BenchResult r = api::bench({{"a", tiny}, {"b", api::Config::preset("tiny").set("attn.xsa", "on")}}, p);
+  ::unsetenv("ATTNLAB_PEAK_GFLOPS");
+  ASSERT_EQ(r.variants.size(), 2u);
+  EXPECT_EQ(r.variants[0].name, "a");
+  EXPECT_EQ(r.variants[0].step_seconds.size(), 4u);
+  EXPECT_EQ(r.variants[0].round_median_seconds.size(), 2u);
+  EXPECT_EQ(r.variants[0].ratio, 1.0);
+  EXPECT_EQ(r.variants[0].params, info.params);
+  EXPECT_GT(r.variants[1].tokens_per_s, 0);
+  EXPECT_EQ(r.peak.gflops, 100);
+  EXPECT_EQ(r.variants[1].config.get("attn.xsa"), "on");
+  EXPECT_THROW(api::bench({}, p), attnlab::Error);
+}
+
+// Config::resume: the stored configuration plus overrides; a new data.dir drops the stored paths.
+TEST(Api, ResumeConfigReplacesTheDataPaths) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "resumecfg");
+  const std::string ck = trained_checkpoint(dir);
+  const api::Config same = api::Config::resume(ck, {"train.steps=20"});
+  EXPECT_EQ(same.get("train.steps"), "20");
+  EXPECT_EQ(same.get("data.train"), (dir / "train.bin").string());
+  const api::Config moved = api::Config::resume(ck, {"data.dir=\"/elsewhere\""});
+  EXPECT_EQ(moved.get("data.train"), "/elsewhere/train.bin");
+  EXPECT_TRUE(api::Config::has_preset("tiny"));
+  EXPECT_FALSE(api::Config::has_preset("huge"));
+  fs::remove_all(dir);
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "attnlab/error.h"
 
@@ -33,6 +34,13 @@ class Config {
   static Config from_text(const std::string& text, const std::string& origin = "configuration text");
   // The configuration stored in a checkpoint written by attnlab (every key, resolved).
   static Config from_checkpoint(const std::string& path);
+  // What resuming a run trains with (`attnlab train --resume CK --set ...` without --config or
+  // --preset): the checkpoint's configuration, then `overrides` ("key=value", e.g. more
+  // train.steps). A new data.dir among them drops the stored data.train, data.val and
+  // data.tokenizer (paths resolved from the old data.dir), unless they are given too.
+  static Config resume(const std::string& checkpoint, const std::vector<std::string>& overrides);
+  // Whether preset(name) exists.
+  static bool has_preset(const std::string& name);
 
   // Appends one assignment. The value is written as in a file: 2, 3e-3, true, on, "a/path", [0, 1].
   Config& set(const std::string& key, const std::string& value);

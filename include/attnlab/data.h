@@ -4,8 +4,9 @@
 // tokens_data_source (a token vector in memory) or shard_data_source (a directory written by
 // `attnlab prepare`). To train on a prepared directory with exact resume and validation on its
 // val.bin, set data.dir in the Config and call train() without a source instead.
+// Token files (read_token_file) hold ids for forward, gradients and your own scoring.
 // Thread-safety: a DataSource is called from the thread that runs train(), one call at a time;
-// do not share one between concurrent trainings.
+// do not share one between concurrent trainings. The free functions may run concurrently.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -63,5 +64,12 @@ std::unique_ptr<DataSource> tokens_data_source(std::vector<int32_t> tokens);
 // The training shard (train.bin) of a directory prepared with `attnlab prepare`, in the seeded
 // random window order of `attnlab train` (docs/data.md).
 std::unique_ptr<DataSource> shard_data_source(const std::string& dir, uint64_t seed = 1337);
+
+// Reads token ids: an llm.c shard (by its magic; `attnlab prepare` writes them) → one sequence;
+// otherwise a text file with one sequence of whitespace-separated ids (0..65535) per line, all lines
+// the same length (`attnlab forward --tokens`, `attnlab grads --tokens`). Errors name the file and line.
+std::vector<std::vector<int32_t>> read_token_file(const std::string& path);
+// Whether `path` starts with the magic of an llm.c token shard.
+bool is_token_shard(const std::string& path);
 
 }  // namespace attnlab::api

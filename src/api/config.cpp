@@ -1,5 +1,6 @@
 // attnlab::api::Config (include/attnlab/config.h) over the internal parser and resolver
 // (model/config.h): a list of assignments, resolved on use.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -43,6 +44,20 @@ Config Config::from_text(const std::string& text, const std::string& origin) {
 }
 
 Config Config::from_checkpoint(const std::string& path) { return from_resolved(read_checkpoint_config(path), path); }
+
+Config Config::resume(const std::string& checkpoint, const std::vector<std::string>& overrides) {
+  Config c = from_checkpoint(checkpoint);
+  std::vector<Assignment> parsed;
+  for (const auto& s : overrides) parsed.push_back(parse_override(s));
+  // The stored data.train/val/tokenizer are paths resolved from the stored data.dir: a new
+  // data.dir replaces them (unless they are given too), or it would be silently ignored.
+  if (std::any_of(parsed.begin(), parsed.end(), [](const Assignment& a) { return a.key == "data.dir"; }))
+    c.unset("data.train").unset("data.val").unset("data.tokenizer");
+  c.impl_->assignments.insert(c.impl_->assignments.end(), parsed.begin(), parsed.end());
+  return c;
+}
+
+bool Config::has_preset(const std::string& name) { return preset_config_text(name) != nullptr; }
 
 Config& Config::set_override(const std::string& key_equals_value) {
   impl_->assignments.push_back(parse_override(key_equals_value));
@@ -93,7 +108,7 @@ bool Config::operator==(const Config& other) const { return to_json_string() == 
 attnlab::Config resolve(const Config& config) { return resolve_config(config.impl().assignments); }
 
 Config from_resolved(const attnlab::Config& resolved, const std::string& origin) {
-  // Every key with its resolved value, strings quoted as in a file (the CLI's resume_config does the same).
+  // Every key with its resolved value, strings quoted as in a file (as Config::from_json does).
   // (Quoted with append: GCC 12's -Wrestrict misfires on "\"" + s + "\"", as in model/config.cpp.)
   const nlohmann::json j = resolved.to_json();
   Config c;

@@ -1,5 +1,7 @@
 // The public data sources (include/attnlab/data.h): a token vector in memory and a prepared shard.
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "attnlab/data.h"
 #include "core/error.h"
@@ -116,6 +118,49 @@ std::unique_ptr<DataSource> tokens_data_source(std::vector<int32_t> tokens) {
 
 std::unique_ptr<DataSource> shard_data_source(const std::string& dir, uint64_t seed) {
   return std::make_unique<ShardDataSource>(dir, seed);
+}
+
+bool is_token_shard(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  int32_t magic = 0;
+  f.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  return f && magic == kShardMagic;
+}
+
+std::vector<std::vector<int32_t>> read_token_file(const std::string& path) {
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) fail("token file ", path, ": cannot be opened (does it exist?)");
+  int32_t magic = 0;
+  probe.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  if (probe && magic == kShardMagic) {
+    Shard s = Shard::open(path);
+    return {std::vector<int32_t>(s.tokens(), s.tokens() + s.size())};
+  }
+  std::ifstream f(path);
+  std::vector<std::vector<int32_t>> seqs;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    std::istringstream ls(line);
+    std::vector<int32_t> seq;
+    std::string tok;
+    while (ls >> tok) {
+      size_t used = 0;
+      long long v = -1;
+      try { v = std::stoll(tok, &used); } catch (...) { used = 0; }
+      if (used != tok.size() || v < 0 || v > 65535)
+        fail("token file ", path, ":", lineno, ": '", tok, "' is not a token id (0..65535)");
+      seq.push_back((int32_t)v);
+    }
+    if (seq.empty()) continue;
+    if (!seqs.empty() && seq.size() != seqs[0].size())
+      fail("token file ", path, ":", lineno, ": ", seq.size(), " ids, but the first sequence has ", seqs[0].size(),
+           " (all lines must have the same length)");
+    seqs.push_back(std::move(seq));
+  }
+  if (seqs.empty()) fail("token file ", path, ": contains no token ids");
+  return seqs;
 }
 
 }  // namespace attnlab::api

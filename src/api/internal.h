@@ -1,10 +1,17 @@
 // What the public API's implementation files (src/api/) share: the bridge from a public Config to
-// the internal resolved one, and back.
+// the internal resolved one, and back; a checkpoint loaded as the internal model; the training
+// parameters as the training loop's options and its summary as the public result.
 #pragma once
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "attnlab/config.h"
+#include "attnlab/model.h"
+#include "attnlab/trainer.h"
 #include "model/config.h"
+#include "model/gpt.h"
+#include "train/trainer.h"
 
 namespace attnlab::api {
 
@@ -16,5 +23,13 @@ struct Config::Impl {
 attnlab::Config resolve(const Config& config);
 // A public Config whose assignments are every key of a resolved configuration.
 Config from_resolved(const attnlab::Config& resolved, const std::string& origin);
+
+// The model of a checkpoint (its stored configuration, every tensor checked), its matrices rounded
+// to bf16 for Weights::bf16 (GPT::round_weights_to_bf16).
+std::unique_ptr<GPT<float>> load_model(const std::string& checkpoint, Weights weights = Weights::fp32);
+
+// TrainParams as the training loop's options (callbacks included), and its summary as a TrainResult.
+TrainOptions train_options(const TrainParams& params);
+TrainResult train_result(const TrainSummary& summary);
 
 }  // namespace attnlab::api

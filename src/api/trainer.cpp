@@ -6,7 +6,6 @@
 #include "attnlab/trainer.h"
 #include "core/denormals.h"
 #include "core/error.h"
-#include "train/trainer.h"
 
 namespace attnlab::api {
 namespace {
@@ -54,7 +53,9 @@ class SourceTrainData final : public TrainData {
   std::vector<int32_t> val_inputs_, val_targets_;
 };
 
-TrainOptions options(const TrainParams& p) {
+}  // namespace
+
+TrainOptions train_options(const TrainParams& p) {
   TrainOptions o;
   o.resume = p.resume;
   o.stop_after = p.stop_after;
@@ -65,7 +66,7 @@ TrainOptions options(const TrainParams& p) {
   return o;
 }
 
-TrainResult result(const TrainSummary& s) {
+TrainResult train_result(const TrainSummary& s) {
   TrainResult r;
   r.steps = s.steps;
   r.steps_this_run = s.steps_this_run;
@@ -81,22 +82,20 @@ TrainResult result(const TrainSummary& s) {
   return r;
 }
 
-}  // namespace
-
 TrainParams default_train_params() { return TrainParams{}; }
 
 TrainResult train(const Config& config, const TrainParams& params) {
   if (params.validation) fail("TrainParams::validation: only for a DataSource; training on data.dir validates on its val.bin");
   const attnlab::Config cfg = resolve(config);
   ScopedFlushDenormals flush;
-  return result(attnlab::train(cfg, options(params)));
+  return train_result(attnlab::train(cfg, train_options(params)));
 }
 
 TrainResult train(const Config& config, DataSource& source, const TrainParams& params) {
   const attnlab::Config cfg = resolve(config);
   SourceTrainData data(source, params.validation, cfg.train.batch_size, cfg.model.seq_len);
   ScopedFlushDenormals flush;
-  return result(attnlab::train(cfg, options(params), data));
+  return train_result(attnlab::train(cfg, train_options(params), data));
 }
 
 }  // namespace attnlab::api

@@ -3,22 +3,14 @@
 // scripts/plot_analysis.py (Debian's python3-matplotlib, run with /usr/bin/python3). Without python3
 // or matplotlib the JSON is still written and a note says how to get the plots.
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <string>
 
+#include "attnlab/attnlab.h"
 #include "cli/common.h"
 #include "cli/plots.h"
-#include "core/error.h"
-#include "data/shard.h"
-#include "experiment/analyze.h"
-#include "checkpoint/checkpoint.h"
 
 namespace attnlab::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct AnalyzeArgs {
   std::string checkpoint, data, out, plot_script;
@@ -28,60 +20,33 @@ struct AnalyzeArgs {
 };
 
 void run_analyze(const AnalyzeArgs& a) {
-  const Config cfg = read_checkpoint_config(a.checkpoint);
-  GPT<float> model(cfg);
-  load_checkpoint(a.checkpoint, model, nullptr, nullptr);
-  Shard shard = Shard::open(a.data);
-  shard.validate_vocab(cfg.model.vocab_size);
-  const int T = cfg.model.seq_len;
-  if (a.sequences < 1) fail("--sequences must be at least 1");
-  if (shard.size() < (size_t)T + 1) fail("data ", a.data, " has ", shard.size(), " tokens, fewer than model.seq_len + 1 = ", T + 1);
-  // §8: validation windows of the training length with a fixed seed; §8.5's corrupting windows by a
-  // second seeded draw (the pairing is by index).
-  const auto seqs = draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed);
-  const auto corrupt = residual_patchable_streams(cfg) > 0 ? draw_windows(shard.tokens(), shard.size(), a.sequences, T + 1, a.seed + 1)
-                                                         : std::vector<int32_t>{};
-  AnalyzeOptions opt;
-  opt.batch = a.batch_size;
-  opt.cka_tokens = a.cka_tokens;
-  opt.bootstrap = a.bootstrap;
-  opt.seed = a.seed;
-  opt.rescue_by_depth = !a.no_rescue_by_depth;
-  std::printf("analyze %s on %s: %d sequences of %d tokens (seed %llu)\n", a.checkpoint.c_str(), a.data.c_str(), a.sequences, T,
-              (unsigned long long)a.seed);
-  std::fflush(stdout);
-  nlohmann::json j = analyze(model, seqs, corrupt, a.sequences, T, opt);
-  j["checkpoint"] = a.checkpoint;
-  j["data"] = a.data;
-
-  fs::create_directories(a.out);
-  const std::string path = (fs::path(a.out) / "analysis.json").string(), tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) fail("cannot write ", tmp);
-    f << j.dump(1) << "\n";
-    if (!f.good()) fail("cannot write ", tmp);
-  }
-  fs::rename(tmp, path);
-  std::printf("wrote %s (loss %.4f)\n", path.c_str(), j["loss"].is_number() ? j["loss"].get<double>() : NAN);
-  for (const auto& l : j["attention"]["layers"])
-    std::printf("  layer %d: cos_yv %.3f (heads %.3f..%.3f), self %.3f, vsim %.3f%s\n", l["layer"].get<int>(),
-                l["cos_yv"]["mean"].get<double>(), l["cos_yv"]["min"].get<double>(), l["cos_yv"]["max"].get<double>(),
-                l["self"]["mean"].get<double>(), l["vsim"]["mean"].get<double>(),
-                l["cos_zv"].is_null() ? "" : ("  cos_zv " + std::to_string(l["cos_zv"]["mean"].get<double>())).c_str());
-  if (!j["rescue"].is_null()) {
+  api::AnalyzeParams p = api::default_analyze_params();
+  p.sequences = a.sequences;
+  p.batch_size = a.batch_size;
+  p.cka_tokens = a.cka_tokens;
+  p.bootstrap = a.bootstrap;
+  p.seed = a.seed;
+  p.rescue_by_depth = !a.no_rescue_by_depth;
+  p.on_start = [&](int T) {
+    std::printf("analyze %s on %s: %d sequences of %d tokens (seed %llu)\n", a.checkpoint.c_str(), a.data.c_str(), a.sequences, T,
+                (unsigned long long)a.seed);
+    std::fflush(stdout);
+  };
+  const api::AnalyzeResult r = api::analyze(a.checkpoint, a.data, a.out, p);
+  std::printf("wrote %s (loss %.4f)\n", r.path.c_str(), r.loss);
+  for (const auto& l : r.layers)
+    std::printf("  layer %d: cos_yv %.3f (heads %.3f..%.3f), self %.3f, vsim %.3f%s\n", l.layer, l.cos_yv_mean, l.cos_yv_min,
+                l.cos_yv_max, l.self_mean, l.vsim_mean, l.has_cos_zv ? ("  cos_zv " + std::to_string(l.cos_zv_mean)).c_str() : "");
+  if (r.has_rescue) {
     std::printf("  rescue gain of the others when stream s is patched (§8.5):");
     int s = 0;
-    for (const auto& g : j["rescue"]["RG_when_patched"]) {
-      const double v = g["value"].is_number() ? g["value"].get<double>() : NAN, se = g["se"].is_number() ? g["se"].get<double>() : NAN;
-      std::printf(" s=%d: %.3f ± %.3f", s++, v, se);
-    }
+    for (const auto& g : r.rescue_when_patched) std::printf(" s=%d: %.3f ± %.3f", s++, g.value, g.se);
     std::printf("\n");
   }
   std::fflush(stdout);
   if (a.no_plots) return;
 
-  run_plot_script("plot_analysis.py", a.plot_script, {path, a.out});
+  run_plot_script("plot_analysis.py", a.plot_script, {r.path, a.out});
 }
 
 }  // namespace

@@ -2,17 +2,12 @@
 // (passkey, needle, mqar; docs/long-context.md). Training is `attnlab train`'s loop with the task's
 // batches and loss weights; evaluation is teacher-forced at several lengths.
 #include <cstdio>
-#include <sstream>
-#include <nlohmann/json.hpp>
+#include <memory>
+#include <string>
 
+#include "attnlab/attnlab.h"
 #include "cli/common.h"
 #include "cli/plots.h"
-#include "core/error.h"
-#include "data/files.h"
-#include "experiment/long_context.h"
-#include "experiment/tasks.h"
-#include "checkpoint/checkpoint.h"
-#include "train/trainer.h"
 
 namespace attnlab::cli {
 namespace {
@@ -23,26 +18,12 @@ struct TaskArgs {
   std::string resume;
   int stop_after = -1;
   ConfigArgs config;
-  tasks::TaskParams params;
+  api::TaskParams params;
   // eval
   std::string checkpoint, lengths = "1,2,4,8", depths, json, plot_script;
   int samples = 256, batch_size = 8, chunk = 0;
   uint64_t seed = 1;
 };
-
-std::vector<double> parse_depths(const std::string& text) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    double v = -1;
-    try { v = std::stod(item, &used); } catch (...) { used = 0; }
-    if (used == 0 || !(v >= 0 && v <= 1)) fail("--depths entry '", item, "': expected a depth in [0, 1]");
-    out.push_back(v);
-  }
-  return out;
-}
 
 void run_task(TaskArgs& a) {
   if (a.do_train == a.do_eval) fail("attnlab task ", a.name, ": give exactly one of --train and --eval");
@@ -51,47 +32,30 @@ void run_task(TaskArgs& a) {
     for (const auto& s : a.config.sets)
       if (s.rfind("model.vocab_size", 0) == 0) fail("--set model.vocab_size: the task fixes the vocabulary");
     const bool from_checkpoint = !a.resume.empty() && a.config.config_file.empty() && a.config.preset.empty();
-    Config cfg0 = from_checkpoint ? resume_config(a.resume, a.config.sets) : a.config.resolve();
-    auto task = std::shared_ptr<const tasks::Task>(tasks::Task::make(a.params, cfg0.model.seq_len));
+    const api::Config given = from_checkpoint ? api::Config::resume(a.resume, a.config.sets) : a.config.api_config();
     // The task's vocabulary, applied last (no shard is read, so data.* is unused).
-    ConfigArgs with_vocab = a.config;
-    with_vocab.sets.push_back("model.vocab_size=" + std::to_string(task->vocab_size()));
-    const Config cfg = from_checkpoint ? resume_config(a.resume, with_vocab.sets) : with_vocab.resolve();
-    if (!a.quiet) std::printf("# resolved configuration\n%s\n", cfg.to_text().c_str());
-    tasks::TaskTrainData data(task, cfg.train.batch_size, cfg.model.seq_len, cfg.train.seed);
-    TrainOptions opts;
+    const api::Config cfg = api::task_config(given, a.params);
+    cfg.resolve();  // errors before anything is printed
+    if (!a.quiet) std::printf("# resolved configuration\n%s\n", cfg.dump().c_str());
+    api::TrainParams opts = api::default_train_params();
     opts.quiet = a.quiet;
     opts.resume = a.resume;
     opts.stop_after = a.stop_after;
-    train(cfg, opts, data);
+    api::train_task(cfg, a.params, opts);
     return;
   }
   if (a.checkpoint.empty()) fail("attnlab task ", a.name, " --eval needs --checkpoint");
-  const Config cfg = read_checkpoint_config(a.checkpoint);
-  if (a.name == "mqar" && a.params.mqar_keys == 0) a.params.mqar_keys = (cfg.model.vocab_size - 3) / 2;  // from the vocabulary
-  const auto task = tasks::Task::make(a.params, cfg.model.seq_len);
-  tasks::TaskEvalOptions o;
-  o.lengths = parse_lengths(a.lengths, cfg.model.seq_len);
-  if (!a.depths.empty()) {
-    if (!task->uses_depth()) fail("--depths applies to the needle task only");
-    o.depths = parse_depths(a.depths);
-  }
+  api::TaskEvalParams o = api::default_task_eval_params();
+  o.lengths = a.lengths;
+  o.depths = a.depths;
   o.samples = a.samples;
   o.seed = a.seed;
   o.batch_size = a.batch_size;
   o.chunk = a.chunk;
-  const std::string ck = a.checkpoint;
-  const auto rep = tasks::evaluate_task(
-      *task,
-      [&] {
-        auto m = std::make_unique<GPT<float>>(cfg);
-        load_checkpoint(ck, *m, nullptr, nullptr);
-        return m;
-      },
-      o);
-  std::printf("%s", tasks::task_report_table(rep).c_str());
+  const api::TaskEvalResult rep = api::evaluate_task(a.checkpoint, a.params, o);
+  std::printf("%s", rep.table.c_str());
   if (!a.json.empty()) {
-    data_files::write_file_atomically(a.json, {tasks::task_report_json(rep).dump(2), "\n"}, "JSON report");
+    api::write_json_report(a.json, rep.json);
     std::printf("wrote %s\n", a.json.c_str());
     // the PNG next to the JSON (F.json -> F.png), scripts/plot_long_context.py
     if (!a.no_plots) run_plot_script("plot_long_context.py", a.plot_script, {a.json});

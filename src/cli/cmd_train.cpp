@@ -21,7 +21,7 @@ void register_train(CLI::App& app) {
                   "start a new run in a train.out_dir that holds an earlier run's checkpoints (they are deleted)");
     cmd->callback([args, params] {
       const api::Config cfg = !params->resume.empty() && args->config_file.empty() && args->preset.empty()
-                                  ? resume_api_config(params->resume, args->sets)
+                                  ? api::Config::resume(params->resume, args->sets)
                                   : args->api_config();
       cfg.resolve();  // errors before anything is printed
       if (!params->quiet) std::printf("# resolved configuration\n%s\n", cfg.dump().c_str());

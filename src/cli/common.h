@@ -1,37 +1,35 @@
-// Shared pieces of the `attnlab` subcommands: config loading with --config/--preset/--set, token
-// files, and the registration functions each subcommand file provides.
+// Shared pieces of the `attnlab` subcommands: config loading with --config/--preset/--set, errors,
+// and the registration functions each subcommand file provides. The subcommands are written on the
+// public API (include/attnlab/) alone.
 #pragma once
 #include <CLI/CLI.hpp>
-#include <cstdint>
 #include <list>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "attnlab/config.h"
-
-namespace attnlab {
-struct Config;  // model/config.h: included by the subcommands that resolve internal configurations
-}
+#include "attnlab/error.h"
 
 namespace attnlab::cli {
+
+// fail("--top-k ", k, ": must be >= 0") — throws attnlab::Error with the pieces streamed together
+// (main() prints it and exits with status 1).
+template <class... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  throw Error(os.str());
+}
 
 struct ConfigArgs {
   std::string config_file, preset;
   std::vector<std::string> sets;
   void add_to(CLI::App* cmd);
-  Config resolve() const;  // defaults < preset < file < --set; prints nothing
-  // The same assignments as a public-API configuration (resolved on use, with the same errors).
+  // defaults < preset < file < --set, as a public-API configuration (resolved on use: resolve()
+  // reports a bad key naming it and where it was set). Prints nothing.
   api::Config api_config() const;
 };
-
-// The configuration stored in a checkpoint, plus --set overrides (e.g. more train.steps): what
-// `--resume` trains with when no --config or --preset is given.
-Config resume_config(const std::string& checkpoint, const std::vector<std::string>& sets);
-api::Config resume_api_config(const std::string& checkpoint, const std::vector<std::string>& sets);
-
-// Reads token ids: an llm.c shard (by its magic) → one sequence; otherwise a text file with one
-// sequence of whitespace-separated ids per line (all lines the same length). Errors name the file.
-std::vector<std::vector<int32_t>> read_token_file(const std::string& path);
 
 // Storage for what a subcommand's options and callbacks fill in: it must live as long as the App
 // (CLI11 keeps pointers to it). A function-local static list (stable addresses) keeps it reachable

@@ -1,6 +1,6 @@
 // Drawing the next token id from a model's logits: greedy, or softmax with a temperature over the
-// top-k ids (`attnlab sample` and the public API's Model::generate draw through this one function,
-// so the same seed gives the same text from both).
+// top-k ids (the public API's Model::generate draws through this one function; `attnlab sample`
+// runs Model::generate).
 #pragma once
 #include <vector>
 
