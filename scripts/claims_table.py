@@ -2,7 +2,7 @@
 """The claims table of docs/RESULTS.md: one row per claim of the papers, with its test, effect,
 interval, p-values and verdict, computed from the committed grids' per-run results.
 
-    python3 scripts/claims_table.py [--results results] [--out FILE]
+    scripts/claims_table.py [--results results] [--out FILE] [--alias GRID=DIR ...]
 
 Reads results/<grid>/runs/*/result.json (the per-run files committed as each grid cell ends, so the
 table can be made while a grid is still running: a claim whose runs are incomplete says how many
@@ -10,8 +10,13 @@ exist) and prints a Markdown table. Nothing is hard-coded but the list of claims
 variants test each; every number is recomputed from the runs.
 
 Verdicts (stated in the table's notes):
-  replicated       the effect has the claimed sign and the test's p (Holm-adjusted over the claims
-                   of its family where it has one) is below 0.05;
+  replicated       the effect has the claimed sign, the paired t-test's one-sided p (Holm-adjusted
+                   over the primary comparisons of its grid where it is one) is below 0.05, and so
+                   is the exact sign-flip p (unadjusted; a check of the direction that assumes no
+                   normality);
+  supported by the t-test only
+                   the t-test passes but the sign-flip test does not (with n ≤ 4 seeds it cannot:
+                   its smallest one-sided p is 1/2^n);
   opposite         the effect has the opposite sign with p < 0.05 (two-sided);
   not shown        neither: the interval contains zero. "not shown" is not "refuted": the row gives
                    the seeds a paired t-test would need for 80% power at the observed effect;
@@ -35,8 +40,21 @@ ALPHA = 0.05
 warnings.filterwarnings("ignore", category=RuntimeWarning)  # scipy's nct at 1 degree of freedom
 
 
+ALIASES = {}  # grid name -> directory under --results (--alias)
+
+
+def grid_seeds(results, grid, default):
+    """The seeds the grid runs: its results.json's grid record where one exists, else the claim's."""
+    path = os.path.join(results, ALIASES.get(grid, grid), "results.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return len(json.load(f)["grid"]["seeds"])
+    return default
+
+
 def load_runs(results, grid):
-    """{(variant, seed): result} of the grid's finished runs (budget runs keyed by their factor)."""
+    """{(variant, seed): result} of the grid's finished runs (budget runs left out)."""
+    grid = ALIASES.get(grid, grid)
     runs = {}
     for path in sorted(glob.glob(os.path.join(results, grid, "runs", "*", "result.json"))):
         with open(path) as f:
@@ -165,7 +183,11 @@ def verdict(test, expect_sign, p_used, expected_n):
         return "pending"
     sign = (test["diff"] > 0) - (test["diff"] < 0)
     if sign == expect_sign and p_used is not None and p_used < ALPHA:
-        return "replicated"
+        if "p_signflip" not in test or test["p_signflip"] < ALPHA:
+            return "replicated"
+        if 1 / (1 << test["n"]) >= ALPHA:
+            return f"supported by the t-test only (the sign-flip test cannot reach p < {ALPHA} with {test['n']} seeds)"
+        return f"supported by the t-test only (sign-flip p {test['p_signflip']:.3f})"
     if sign == -expect_sign and test.get("p", 1.0) < ALPHA:
         return "opposite"
     plan = f"; {test['seeds_80']} seeds for 80% power" if "seeds_80" in test else ""
@@ -222,7 +244,9 @@ def evaluate(claim, results):
     paper, words, test, sign, seeds, family = claim
     kind, grid = test[0], test[1]
     runs = load_runs(results, grid)
-    row = {"ran": bool(runs), "paper": paper, "claim": words, "grid": grid, "family": family, "sign": sign, "seeds": seeds}
+    seeds = grid_seeds(results, grid, seeds)
+    row = {"ran": bool(runs), "paper": paper, "claim": words, "grid": ALIASES.get(grid, grid), "family": family, "sign": sign,
+           "seeds": seeds}
     if kind == "loss":
         a, b = test[2], test[3]
         row["test"] = f"{a} − {b}, final val loss, paired by seed"
@@ -256,7 +280,7 @@ def evaluate(claim, results):
     elif kind == "gain":
         v, target = test[2], test[3]
         row["test"] = f"{v}'s gain in the baseline's tokens (compute curve) against {target}×"
-        path = os.path.join(results, grid, "results.json")
+        path = os.path.join(results, ALIASES.get(grid, grid), "results.json")
         g = None
         if os.path.exists(path):
             with open(path) as f:
@@ -285,7 +309,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", default="results")
     ap.add_argument("--out")
+    ap.add_argument("--alias", action="append", default=[], metavar="GRID=DIR",
+                    help="read grid GRID's runs from results/DIR (e.g. heldout=main: the claims on the earlier grid)")
     args = ap.parse_args()
+    for a in args.alias:
+        name, _, d = a.partition("=")
+        ALIASES[name] = d
     rows = [evaluate(c, args.results) for c in CLAIMS]
     # Holm within each family (the primary comparisons a grid names; docs/compare.md)
     for fam in {r["family"] for r in rows if r["family"]}:
