@@ -8,7 +8,9 @@
 #include <string>
 
 #include "experiment/compare.h"
+#include "experiment/compare/evaluations.h"
 #include "experiment/compare/plan.h"
+#include "experiment/report.h"
 #include "experiment/stats.h"
 #include "model/config_values.h"
 #include "source_dir.h"
@@ -318,4 +320,68 @@ TEST(CompareResume, ConfigKeysAddedSinceARunAreNoDifferenceAtTheirDefault) {
   now["train.precision"] = "bf16";
   EXPECT_EQ(compare::config_differences({{"train.steps", 10}}, now), "train.precision");
   EXPECT_EQ(compare::config_differences({{"train.steps", 11}, {"train.precision", "fp32"}}, now), "train.precision, train.steps");
+}
+
+// Task-only grids (docs/compare.md "Task-only grids"): language_model = false, only [tasks.NAME].
+TEST(CompareGrid, TaskOnlyGrid) {
+  const std::string v = "[variants.rope]\nset = [\"attn.pos=rope\"]\n[variants.alibi]\nset = [\"attn.pos=alibi\"]\n";
+  const std::string task = "[tasks.passkey]\nsteps = 3\nset = [\"model.seq_len=80\"]\n";
+  const Grid g = parse_grid_text("language_model = false\npreset = \"tiny\"\nseeds = [1, 2]\n" + v + task, "g.toml");
+  EXPECT_FALSE(g.language_model);
+  ASSERT_EQ(g.tasks.size(), 1u);
+  EXPECT_TRUE(parse_grid_text(v + task, "g.toml").language_model);  // the default
+  EXPECT_EQ(error_of("language_model = false\n" + v),
+            "g.toml:1: language_model = false, but the grid has no [tasks.NAME] table: it would train nothing "
+            "(add e.g. [tasks.passkey] steps = 200, or leave language_model out)");
+  EXPECT_EQ(error_of("language_model = no\n" + v + task), "g.toml:1: language_model = no: expected true or false");
+  // Every key of the language model is refused, naming the key and its line; the first in file order.
+  const std::string tail = " is for the language model, which this grid does not train (language_model = false at g.toml:1); remove it "
+                           "(a task's own steps, lengths and samples go in its [tasks.NAME] table)";
+  for (const std::string key : {"steps = 10", "ckpt_every = 2", "analyze = true", "analyze_sequences = 2", "lengths = \"1,2\"",
+                                "length_tokens = 512"}) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(error_of("language_model = false\n" + key + "\n" + v + task), "g.toml:2: " + key.substr(0, key.find(' ')) + tail);
+  }
+  EXPECT_EQ(error_of("language_model = false\n" + v + task + "[primary]\ncomparisons = [\"alibi < rope\"]\n"), "g.toml:10: [primary]" + tail);
+  EXPECT_EQ(error_of("language_model = false\n" + v + task + "[budget]\nfactors = [2]\n"), "g.toml:10: [budget]" + tail);
+  EXPECT_EQ(error_of("lengths = \"1,2\"\nlanguage_model = false\n" + v + task),
+            "g.toml:1: lengths is for the language model, which this grid does not train (language_model = false at g.toml:2); remove it "
+            "(a task's own steps, lengths and samples go in its [tasks.NAME] table)");
+  // The record of a run's evaluations: unchanged for a grid with a language model (its finished runs
+  // resume), "language_model": false only in a task-only grid.
+  EXPECT_FALSE(compare::evaluations_json(parse_grid_text(v + task, "g.toml")).contains("language_model"));
+  EXPECT_EQ(compare::evaluations_json(g)["language_model"], false);
+  // A task-only plan resolves each cell's task model (no language model is checked).
+  const auto runs = compare::plan_runs(g, "/tmp/attnlab_test_task_only_plan");
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].id, "rope_s1");
+  ASSERT_EQ(runs[0].tasks.size(), 1u);
+  EXPECT_EQ(runs[0].tasks[0].cfg.model.vocab_size, 70);
+}
+
+// A task-only document: no loss table or curves; the tasks' tables.
+TEST(CompareSummary, TaskOnlyDocument) {
+  nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});
+  r["grid"]["language_model"] = false;
+  r["grid"]["steps"] = 0;
+  r["grid"]["tasks"] = {{{"name", "mqar"}, {"sets", nlohmann::json::array()}, {"steps", 3}, {"lengths", "1,2"}, {"samples", 10}}};
+  for (auto& run : r["runs"]) {
+    run["val_loss"] = nullptr;
+    run["params"] = nullptr;
+    run["tokens_per_s"] = nullptr;
+    run["curve"] = {{"train", nlohmann::json::array()}, {"val", nlohmann::json::array()}};
+    run["tasks"]["mqar"] = {{"multiple", {1.0, 2.0}}, {"token_accuracy", {0.5, 0.5}}, {"strict_accuracy", {0.5, 0.2}},
+                            {"answer_logprob", {-1.0, -1.0}}};
+  }
+  summarize_results(r);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("Task-only grid (`language_model = false`)"), std::string::npos);
+  EXPECT_EQ(md.find("| variant | settings | parameters"), std::string::npos);
+  EXPECT_EQ(md.find("Welch degrees of freedom"), std::string::npos);
+  EXPECT_NE(md.find("## Task: mqar"), std::string::npos);
+  EXPECT_EQ(md.find("NIAH by depth"), std::string::npos);
+  const std::string html = render_report_html(r);
+  EXPECT_EQ(html.find("id=\"results-table\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"fig-val-loss\""), std::string::npos);
+  EXPECT_NE(html.find("task-only grid"), std::string::npos);
 }

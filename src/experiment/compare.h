@@ -67,6 +67,9 @@ struct Grid {
   double primary_alpha = 0.05;         // [primary] alpha: level of the tests and of the seed plan
   double primary_power = 0.8;          // [primary] power: the seed plan's target power
   GridBudget budget;
+  // false: a task-only grid (docs/compare.md "Task-only grids"): each cell trains and evaluates its
+  // [tasks.NAME] models and no language model.
+  bool language_model = true;
 };
 
 // "A < B", "A > B", "A vs B", with " by EFFECT" when the comparison has its own effect.

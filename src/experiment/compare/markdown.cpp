@@ -77,13 +77,10 @@ void gains_section(std::ostringstream& o, const json& gains) {
   write_table(o, compare::gains_table(gains));
 }
 
-}  // namespace
-
-std::string results_markdown(const json& results) {
-  std::ostringstream o;
+// The language model's table: final validation loss per variant, its tests against the baseline.
+void loss_section(std::ostringstream& o, const json& results) {
   const auto& g = results["grid"];
   char buf[512];
-  o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
   o << "Base: preset `" << g["preset"].get<std::string>() << "`";
   if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
   o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step; seeds";
@@ -142,6 +139,33 @@ std::string results_markdown(const json& results) {
                   pd.c_str(), pci.c_str(), pp.c_str());
     o << buf;
   }
+}
+
+// A task-only grid (docs/compare.md "Task-only grids"): its settings; there is no loss table.
+void task_only_section(std::ostringstream& o, const json& results) {
+  const auto& g = results["grid"];
+  o << "Task-only grid (`language_model = false`): every cell trained and evaluated its task models only. Base: preset `"
+    << g["preset"].get<std::string>() << "`";
+  if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
+  o << "; seeds";
+  for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
+  o << "; baseline `" << g["baseline"].get<std::string>() << "`; variants:\n\n";
+  for (const auto& v : g["variants"])
+    o << "- " << v["name"].get<std::string>() << ": `" << sets_text(v["sets"].get<std::vector<std::string>>()) << "`\n";
+  if (results.contains("partial"))
+    o << "\n**Partial**: " << results["partial"]["runs_done"].get<long long>() << " of "
+      << results["partial"]["runs_total"].get<long long>() << " runs finished (`attnlab compare --summarize`).\n";
+}
+
+}  // namespace
+
+std::string results_markdown(const json& results) {
+  std::ostringstream o;
+  const auto& g = results["grid"];
+  char buf[512];
+  o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
+  if (g.value("language_model", true)) loss_section(o, results);
+  else task_only_section(o, results);
   if (results.contains("primary_comparisons") && results["primary_comparisons"].is_object())
     primary_section(o, results["primary_comparisons"]);
   if (results.contains("compute_gains") && results["compute_gains"].is_object()) gains_section(o, results["compute_gains"]);
@@ -208,8 +232,9 @@ std::string results_markdown(const json& results) {
         o << row << "\n";
       }
     }
-  o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "
-       "of freedom, 4.3 at 2): treat the p-values as rough.\n";
+  if (g.value("language_model", true))
+    o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "
+         "of freedom, 4.3 at 2): treat the p-values as rough.\n";
   return o.str();
 }
 

@@ -83,7 +83,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       as.push_back({"train.time_limit", "0", "compare"});
       as.push_back({"train.out_dir", quoted(runs_dir / id), "compare"});
       Run run{&v, seed, id, resolve_config(as), {}};
-      check_training_memory("variant " + v.name, run.cfg);
+      if (grid.language_model) check_training_memory("variant " + v.name, run.cfg);  // a task-only grid trains no language model
       if (!grid.lengths.empty())  // a bad entry fails before any training
         check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len),
                                 LengthEvalOptions{}.batch_size);
@@ -192,8 +192,11 @@ json evaluations_json(const Grid& grid, const Run& run) {
 }
 
 json evaluations_json(const Grid& grid) {
-  return {{"analyze", grid.analyze}, {"analyze_sequences", grid.analyze ? grid.analyze_sequences : 0},
-          {"lengths", grid.lengths}, {"length_tokens", grid.lengths.empty() ? 0 : grid.length_tokens}, {"tasks", tasks_json(grid)}};
+  json e{{"analyze", grid.analyze}, {"analyze_sequences", grid.analyze ? grid.analyze_sequences : 0},
+         {"lengths", grid.lengths}, {"length_tokens", grid.lengths.empty() ? 0 : grid.length_tokens}, {"tasks", tasks_json(grid)}};
+  // Only in a task-only grid: the runs of other grids keep the record they were made with.
+  if (!grid.language_model) e["language_model"] = false;
+  return e;
 }
 
 }  // namespace attnlab::compare
