@@ -359,6 +359,66 @@ TEST(CompareGrid, TaskOnlyGrid) {
   EXPECT_EQ(runs[0].tasks[0].cfg.model.vocab_size, 70);
 }
 
+// [tasks.mqar] keys, kv_pairs, queries and [tasks.needle] depths (as `attnlab task` takes them).
+TEST(CompareGrid, TaskKeys) {
+  const std::string v = "preset = \"tiny\"\n[variants.rope]\nset = [\"attn.pos=rope\"]\n";
+  const Grid g = parse_grid_text(v + "[tasks.mqar]\nkeys = 16\nkv_pairs = 8\nqueries = 4\n[tasks.needle]\ndepths = [0, 0.25, 1]\n"
+                                     "set = [\"model.seq_len=96\"]\n", "g.toml");
+  ASSERT_EQ(g.tasks.size(), 2u);
+  EXPECT_EQ(g.tasks[0].mqar_keys, 16);
+  EXPECT_EQ(g.tasks[0].kv_pairs, 8);
+  EXPECT_EQ(g.tasks[0].queries, 4);
+  EXPECT_EQ(g.tasks[1].depths, (std::vector<double>{0, 0.25, 1}));
+  const nlohmann::json tj = compare::tasks_json(g);
+  EXPECT_EQ(tj[0]["keys"], 16);
+  EXPECT_EQ(tj[0]["queries"], 4);
+  EXPECT_EQ(tj[1]["depths"], nlohmann::json({0, 0.25, 1}));
+  // Without them the record is what it was (finished runs of earlier grids resume).
+  EXPECT_EQ(compare::tasks_json(parse_grid_text(v + "[tasks.mqar]\nsteps = 3\n", "g.toml"))[0],
+            nlohmann::json({{"name", "mqar"}, {"sets", nlohmann::json::array()}, {"steps", 3}, {"lengths", "1,2,4"}, {"samples", 64}}));
+  // The task model gets the vocabulary of that shape: 3 + 2K.
+  const auto runs = compare::plan_runs(g, "/tmp/attnlab_test_task_keys_plan");
+  EXPECT_EQ(runs[0].tasks[0].cfg.model.vocab_size, 3 + 2 * 16);
+  EXPECT_EQ(runs[0].tasks[0].gen->describe()["kv_pairs"], 8);
+  // Ranges and the keys of the other tasks.
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nkeys = 1\n"), "g.toml:5: tasks.mqar.keys = 1: expected an integer in [2, 4096]");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nkeys = 5000\n"), "g.toml:5: tasks.mqar.keys = 5000: expected an integer in [2, 4096]");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nqueries = 0\n"), "g.toml:5: tasks.mqar.queries = 0: expected an integer in [1, 4096]");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nkeys = 4\nkv_pairs = 5\n"),
+            "g.toml:6: tasks.mqar.kv_pairs: kv_pairs = 5 exceeds keys = 4 (each pair has its own key)");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nqueries = 3\nkv_pairs = 2\n"),
+            "g.toml:6: tasks.mqar.kv_pairs: queries = 3 exceeds kv_pairs = 2 (each query asks one pair)");
+  EXPECT_EQ(error_of(v + "[tasks.passkey]\ndepths = [0.5]\n"), "g.toml:5: tasks.passkey.depths: depths is a key of [tasks.needle] only");
+  EXPECT_EQ(error_of(v + "[tasks.needle]\nkeys = 4\n"), "g.toml:5: tasks.needle.keys: keys is a key of [tasks.mqar] only");
+  EXPECT_NE(error_of(v + "[tasks.needle]\ndepth = [0.5]\n").find("g.toml:5: unknown task key 'depth'"), std::string::npos);
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = [0.5, 1.5]\n"), "g.toml:5: tasks.needle.depths = 1.5: expected a number in [0, 1]");
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = [0.5, 0.5]\n"), "g.toml:5: tasks.needle.depths gives 0.5 twice");
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = []\n"),
+            "g.toml:5: tasks.needle.depths is empty (leave it out for the default 0.1, 0.3, 0.5, 0.7, 0.9)");
+  std::string many = "[";
+  for (int i = 0; i <= 64; ++i) many += (i ? ", " : "") + std::to_string(i / 64.0);
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = " + many + "]\n"), "g.toml:5: tasks.needle.depths gives 65 depths; at most 64");
+  // The defaults are resolved per cell at the task model's seq_len, before anything trains:
+  // model.seq_len = 64 gives kv_pairs = min(64, 64/8) = 8.
+  auto plan_error = [](const std::string& text) {
+    try {
+      compare::plan_runs(parse_grid_text(text, "g.toml"), "/tmp/attnlab_test_task_keys_plan");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nqueries = 9\n"),
+            "grid [tasks.mqar] (variant rope): queries = 9 exceeds kv_pairs = 8 (the default, min(keys, model.seq_len/8)): each query "
+            "asks one pair");
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkv_pairs = 100\n"),
+            "grid [tasks.mqar] (variant rope): kv_pairs = 100 exceeds keys = 64 (the default, 64): each pair needs its own key");
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkv_pairs = 30\n"),
+            "grid [tasks.mqar] (variant rope): 30 pairs and 30 queries take 120 tokens, more than the task model's model.seq_len = 64: "
+            "give fewer kv_pairs or queries, or a longer model.seq_len in [tasks.mqar] set");
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkeys = 4\n"), "");  // kv_pairs = min(4, 8) = 4
+}
+
 // A task-only document: no loss table or curves; the tasks' tables.
 TEST(CompareSummary, TaskOnlyDocument) {
   nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});

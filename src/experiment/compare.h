@@ -30,6 +30,9 @@ struct GridTask {
   int steps = 200;
   std::string lengths = "1,2,4";       // parse_lengths of the task model's seq_len
   int samples = 64;                    // per length (and depth, for the needle)
+  // mqar's shape as `attnlab task mqar --keys --kv-pairs --queries` takes it (0: the task's default).
+  int mqar_keys = 0, kv_pairs = 0, queries = 0;
+  std::vector<double> depths;          // needle: the depths evaluated (empty: the task's 0.1, 0.3, 0.5, 0.7, 0.9)
 };
 
 // A primary comparison of the grid's [primary] table (docs/compare.md "Primary comparisons"), written

@@ -14,6 +14,7 @@
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
 #include "experiment/compare/plan.h"
+#include "experiment/tasks.h"
 #include "model/config.h"
 #include "model/config_values.h"
 
@@ -54,6 +55,21 @@ GridComparison parse_comparison(const std::string& key, const std::string& text,
     if (!(c.effect > 0)) fail(where, ": ", key, ": \"", text, "\": the effect must be positive (a loss difference in nats per token)");
   }
   return c;
+}
+
+// [tasks.needle] depths: fractions in [0, 1], each once; at most kMaxNeedleDepths (the evaluation's
+// sample streams give each (length, depth) cell its own stream of samples up to that many depths).
+std::vector<double> parse_depths(const std::string& key, const Assignment& a) {
+  std::vector<double> depths;
+  for (const auto& text : parse_string_list(key, a.value, a.origin)) {
+    const double d = parse_float(key, text, a.origin, 0, 1);
+    if (std::find(depths.begin(), depths.end(), d) != depths.end()) fail(a.origin, ": ", key, " gives ", text, " twice");
+    depths.push_back(d);
+  }
+  if (depths.empty()) fail(a.origin, ": ", key, " is empty (leave it out for the default 0.1, 0.3, 0.5, 0.7, 0.9)");
+  if ((int)depths.size() > tasks::kMaxNeedleDepths)
+    fail(a.origin, ": ", key, " gives ", depths.size(), " depths; at most ", tasks::kMaxNeedleDepths);
+  return depths;
 }
 
 // Every name a variant, no variant with itself, no pair twice (in either order or direction).
@@ -209,7 +225,20 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       else if (field == "steps") t.steps = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
       else if (field == "lengths") t.lengths = parse_quoted(k, a.value, a.origin);
       else if (field == "samples") t.samples = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
-      else fail(a.origin, ": unknown task key '", field, "' (known: set, steps, lengths, samples)");
+      else if (name == "mqar" && field == "keys") t.mqar_keys = (int)parse_int(k, a.value, a.origin, 2, tasks::kMqarMaxKeys);
+      else if (name == "mqar" && field == "kv_pairs") t.kv_pairs = (int)parse_int(k, a.value, a.origin, 1, tasks::kMqarMaxKeys);
+      else if (name == "mqar" && field == "queries") t.queries = (int)parse_int(k, a.value, a.origin, 1, tasks::kMqarMaxKeys);
+      else if (name == "needle" && field == "depths") t.depths = parse_depths(k, a);
+      else if (field == "keys" || field == "kv_pairs" || field == "queries" || field == "depths")
+        fail(a.origin, ": ", k, ": ", field, " is a key of [tasks.", field == "depths" ? "needle" : "mqar", "] only");
+      else
+        fail(a.origin, ": unknown task key '", field, "' (known: set, steps, lengths, samples; [tasks.mqar] also keys, kv_pairs, queries; "
+             "[tasks.needle] also depths)");
+      // The shape's own order, where both sides are given (the defaults are checked per cell, plan_runs).
+      if (t.mqar_keys > 0 && t.kv_pairs > t.mqar_keys)
+        fail(a.origin, ": ", k, ": kv_pairs = ", t.kv_pairs, " exceeds keys = ", t.mqar_keys, " (each pair has its own key)");
+      if (t.kv_pairs > 0 && t.queries > t.kv_pairs)
+        fail(a.origin, ": ", k, ": queries = ", t.queries, " exceeds kv_pairs = ", t.kv_pairs, " (each query asks one pair)");
       for (const auto& s : t.sets)
         if (s.rfind("model.vocab_size", 0) == 0) fail(a.origin, ": ", k, ": the task fixes model.vocab_size");
     } else if (k.rfind("variants.", 0) == 0 && k.size() > 13 && k.substr(k.size() - 4) == ".set") {

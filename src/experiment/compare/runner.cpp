@@ -376,6 +376,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       tasks::TaskEvalOptions eo;
       eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len);
       eo.samples = t.task->samples;
+      eo.depths = t.task->depths;  // empty: the task's own
       eo.seed = 1;
       const auto rep = tasks::evaluate_task(
           *t.gen,
