@@ -419,6 +419,103 @@ TEST(CompareGrid, TaskKeys) {
   EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkeys = 4\n"), "");  // kv_pairs = min(4, 8) = 4
 }
 
+namespace {
+
+// A compact task report (compare/evaluations.h) at multiples 1 and 2: solved of scored per length,
+// and per depth (two depths: the counts split k = k0 + k1, n = n/2 each) when `depths`.
+nlohmann::json task_part(long long k1, long long n1, long long k2, long long n2, bool depths = false) {
+  nlohmann::json t{{"multiple", {1.0, 2.0}}, {"token_accuracy", {0.5, 0.5}}, {"strict_accuracy", {double(k1) / n1, double(k2) / n2}},
+                   {"answer_logprob", {-1.0, -1.0}}, {"solved", {k1, k2}}, {"scored", {n1, n2}}};
+  if (depths) {
+    t["depths"] = {0.1, 0.9};
+    t["solved_by_depth"] = {{k1 / 2, k1 - k1 / 2}, {k2 / 2, k2 - k2 / 2}};
+    t["scored_by_depth"] = {{n1 / 2, n1 - n1 / 2}, {n2 / 2, n2 - n2 / 2}};
+  }
+  return t;
+}
+
+}  // namespace
+
+// docs/compare.md "Task accuracy": the solved samples pooled over seeds with Wilson's interval and
+// the difference to the baseline with Newcombe's (Newcombe 1998, Table II example (a): 56/70 − 48/80).
+TEST(CompareSummary, TaskAccuracyPooledOverSeeds) {
+  nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});
+  r["grid"]["tasks"] = {{{"name", "needle"}, {"sets", nlohmann::json::array()}, {"steps", 3}, {"lengths", "1,2"}, {"samples", 40}}};
+  // b: 20/40 + 28/40 = 48/80 at 1×; a: 30/35 + 26/35 = 56/70. At 2×: b 0/40 + 0/40, a 35/35 + 35/35.
+  const long long kb[2] = {20, 28}, ka[2] = {30, 26};
+  for (auto& run : r["runs"]) {
+    const int s = run["seed"].get<int>() - 1;
+    run["tasks"]["needle"] = run["variant"] == "b" ? task_part(kb[s], 40, 0, 40, true) : task_part(ka[s], 35, 35, 35, true);
+  }
+  summarize_results(r);
+  ASSERT_TRUE(r.contains("task_accuracy"));
+  const auto& t = r["task_accuracy"]["tasks"][0];
+  EXPECT_EQ(t["task"], "needle");
+  ASSERT_EQ(t["variants"].size(), 2u);
+  const auto& b = t["variants"][0];
+  const auto& a = t["variants"][1];
+  EXPECT_EQ(b["variant"], "b");
+  EXPECT_TRUE(b["vs_baseline"].is_null());
+  EXPECT_EQ(b["strict"][0]["solved"], 48);
+  EXPECT_EQ(b["strict"][0]["samples"], 80);
+  EXPECT_EQ(b["strict"][0]["seeds"], 2);
+  EXPECT_NEAR(b["strict"][0]["ci95"][0].get<double>(), 0.49045465005160394, 1e-12);  // Wilson 48/80 (Python, the same formula)
+  EXPECT_NEAR(b["strict"][0]["ci95"][1].get<double>(), 0.7003817240412907, 1e-12);
+  EXPECT_EQ(a["strict"][0]["solved"], 56);
+  EXPECT_EQ(a["strict"][0]["samples"], 70);
+  EXPECT_NEAR(a["vs_baseline"][0]["diff"].get<double>(), 0.2, 1e-12);
+  EXPECT_NEAR(a["vs_baseline"][0]["ci95"][0].get<double>(), 0.0524, 5e-5);  // Newcombe's Table II, method 10
+  EXPECT_NEAR(a["vs_baseline"][0]["ci95"][1].get<double>(), 0.3339, 5e-5);
+  // 0/80 and 70/70: the intervals reach the bounds exactly, the difference 1 with its interval below 1.
+  EXPECT_EQ(b["strict"][1]["ci95"][0].get<double>(), 0.0);
+  EXPECT_EQ(a["strict"][1]["ci95"][1].get<double>(), 1.0);
+  EXPECT_EQ(a["vs_baseline"][1]["ci95"][1].get<double>(), 1.0);
+  // By depth: b at 1× and depth 0.1 pools 10 + 14 of 20 + 20.
+  EXPECT_EQ(t["depths"], nlohmann::json({0.1, 0.9}));
+  EXPECT_EQ(b["by_depth"][0][0]["solved"], 24);
+  EXPECT_EQ(b["by_depth"][0][0]["samples"], 40);
+  EXPECT_EQ(a["by_depth"][0][1]["solved"], 15 + 13);
+  EXPECT_NEAR(b["by_depth"][0][0]["ci95"][0].get<double>(), stats::wilson(24, 40).lo, 1e-15);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("| a | 1× | 56 / 70 (2) | 0.800 | [0.692, 0.877] | +0.200 | [+0.052, +0.334] |"), std::string::npos);
+  EXPECT_NE(md.find("| b | 1× | 48 / 80 (2) | 0.600 | [0.490, 0.700] | baseline |"), std::string::npos);
+  EXPECT_NE(md.find("### NIAH by depth"), std::string::npos);
+  EXPECT_NE(md.find("| variant | length | depth 0.1 | depth 0.9 |"), std::string::npos);
+  // A run without the counts (a result.json from before they were kept) leaves that variant's cells empty.
+  r["runs"][0]["tasks"]["needle"].erase("solved");
+  summarize_results(r);
+  EXPECT_TRUE(r["task_accuracy"]["tasks"][0]["variants"][0]["strict"][0].is_null());
+  EXPECT_TRUE(r["task_accuracy"]["tasks"][0]["variants"][1]["vs_baseline"][0].is_null());
+  // Without tasks: no key.
+  nlohmann::json plain = results_with({{"b", {5.0}}, {"a", {4.9}}}, {"b", "a"});
+  summarize_results(plain);
+  EXPECT_FALSE(plain.contains("task_accuracy"));
+  EXPECT_FALSE(plain.contains("length_did"));
+}
+
+// compact_task keeps the counts the intervals pool: summed over depths, and per depth.
+TEST(CompareSummary, CompactTaskKeepsCounts) {
+  nlohmann::json report{{"train_len", 64}, {"samples", 10}, {"cells", nlohmann::json::array()}};
+  for (int length : {64, 128})
+    for (double depth : {0.2, 0.8})
+      report["cells"].push_back({{"length", length}, {"multiple", length / 64.0}, {"applicable", true}, {"depth", depth}, {"samples", 10},
+                                 {"solved", int(depth * 10) + length / 64}, {"strict_accuracy", 0.0}, {"token_accuracy", 0.0},
+                                 {"answer_logprob", 0.0}});
+  const nlohmann::json c = compare::compact_task(report);
+  EXPECT_EQ(c["solved"], nlohmann::json({2 + 1 + 8 + 1, 2 + 2 + 8 + 2}));
+  EXPECT_EQ(c["scored"], nlohmann::json({20, 20}));
+  EXPECT_EQ(c["depths"], nlohmann::json({0.2, 0.8}));
+  EXPECT_EQ(c["solved_by_depth"], nlohmann::json({{3, 9}, {4, 10}}));
+  EXPECT_EQ(c["scored_by_depth"], nlohmann::json({{10, 10}, {10, 10}}));
+  // An inapplicable length (learned positions beyond T_train) has no counts.
+  report["cells"][2] = {{"length", 128}, {"multiple", 2.0}, {"applicable", false}, {"depth", 0.2}, {"strict_accuracy", nullptr},
+                        {"token_accuracy", nullptr}, {"answer_logprob", nullptr}};
+  const nlohmann::json d = compare::compact_task(report);
+  EXPECT_TRUE(d["solved"][1].is_null());
+  EXPECT_TRUE(d["solved_by_depth"][1][0].is_null());
+  EXPECT_EQ(d["solved_by_depth"][1][1], 10);
+}
+
 // A task-only document: no loss table or curves; the tasks' tables.
 TEST(CompareSummary, TaskOnlyDocument) {
   nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});
@@ -430,8 +527,7 @@ TEST(CompareSummary, TaskOnlyDocument) {
     run["params"] = nullptr;
     run["tokens_per_s"] = nullptr;
     run["curve"] = {{"train", nlohmann::json::array()}, {"val", nlohmann::json::array()}};
-    run["tasks"]["mqar"] = {{"multiple", {1.0, 2.0}}, {"token_accuracy", {0.5, 0.5}}, {"strict_accuracy", {0.5, 0.2}},
-                            {"answer_logprob", {-1.0, -1.0}}};
+    run["tasks"]["mqar"] = task_part(5, 10, 2, 10);
   }
   summarize_results(r);
   const std::string md = results_markdown(r);
@@ -439,9 +535,11 @@ TEST(CompareSummary, TaskOnlyDocument) {
   EXPECT_EQ(md.find("| variant | settings | parameters"), std::string::npos);
   EXPECT_EQ(md.find("Welch degrees of freedom"), std::string::npos);
   EXPECT_NE(md.find("## Task: mqar"), std::string::npos);
+  EXPECT_NE(md.find("| a | 2× | 4 / 20 (2) | 0.200 |"), std::string::npos);
   EXPECT_EQ(md.find("NIAH by depth"), std::string::npos);
   const std::string html = render_report_html(r);
   EXPECT_EQ(html.find("id=\"results-table\""), std::string::npos);
   EXPECT_EQ(html.find("id=\"fig-val-loss\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"task-accuracy-mqar\""), std::string::npos);
   EXPECT_NE(html.find("task-only grid"), std::string::npos);
 }

@@ -391,6 +391,17 @@ std::string render_report_html(const json& results) {
         << "</div><figcaption>Each variant trained on " << esc(name) << " for " << t["steps"].get<int>() << " steps (<code>" << esc(sets)
         << "</code>, the run's seed), then evaluated on " << t["samples"].get<int>()
         << " fresh samples per length (needle: per length and depth, averaged over depths); mean ± sd over seeds.</figcaption>\n</figure>\n";
+      if (results.contains("task_accuracy") && results["task_accuracy"].is_object())
+        for (const auto& ta : results["task_accuracy"]["tasks"]) {
+          if (ta["task"] != name) continue;
+          o << html_table("task-accuracy-" + name, compare::task_accuracy_table(ta))
+            << "<p style=\"font-size:13px;color:#555\">Strict accuracy pooled over the seeds (k solved of n = samples × seeds) with "
+               "the Wilson 95% score interval; Δ vs baseline with Newcombe's hybrid score interval. Pooling treats each sample as "
+               "an independent trial: the interval is the evaluation's sampling error for these models, not the spread between "
+               "seeds.</p>\n";
+          if (ta.contains("depths"))
+            o << "<h3>NIAH by depth</h3>\n" << html_table("task-depth-" + name, compare::depth_accuracy_table(ta));
+        }
     }
   }
 

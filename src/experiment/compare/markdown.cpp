@@ -77,6 +77,18 @@ void gains_section(std::ostringstream& o, const json& gains) {
   write_table(o, compare::gains_table(gains));
 }
 
+// docs/compare.md "Task accuracy": the pooled strict accuracy with its score intervals, and the needle by depth.
+void task_accuracy_section(std::ostringstream& o, const json& task) {
+  o << "\nStrict accuracy pooled over the seeds: k solved of n = samples × seeds, with the Wilson 95% score interval; "
+       "Δ vs baseline with Newcombe's hybrid score interval (method 10). Pooling treats each sample as an independent trial: the "
+       "interval is the evaluation's sampling error for these trained models, not the spread between seeds (mean ± sd above).\n\n";
+  write_table(o, compare::task_accuracy_table(task));
+  if (task.contains("depths")) {
+    o << "\n### NIAH by depth\n\nStrict accuracy per depth of the needle (pooled over seeds) with its Wilson 95% interval.\n\n";
+    write_table(o, compare::depth_accuracy_table(task));
+  }
+}
+
 // The language model's table: final validation loss per variant, its tests against the baseline.
 void loss_section(std::ostringstream& o, const json& results) {
   const auto& g = results["grid"];
@@ -231,6 +243,9 @@ std::string results_markdown(const json& results) {
                  cell(ts["answer_logprob"], i, "%.2f") + " |";
         o << row << "\n";
       }
+      if (results.contains("task_accuracy") && results["task_accuracy"].is_object())
+        for (const auto& ta : results["task_accuracy"]["tasks"])
+          if (ta["task"] == name) task_accuracy_section(o, ta);
     }
   if (g.value("language_model", true))
     o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "

@@ -441,6 +441,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   for (const auto& r : runs) {
     if (!fs::exists(runs_dir / r.id / "result.json")) continue;  // --summarize of an unfinished grid
     json one = json::parse(read_text((runs_dir / r.id / "result.json").string()));
+    complete_from_run_files(one, runs_dir / r.id);
     val_tokens = one["val_tokens"].get<long long>();
     all.push_back(one);
   }
