@@ -516,6 +516,76 @@ TEST(CompareSummary, CompactTaskKeepsCounts) {
   EXPECT_EQ(d["solved_by_depth"][1][1], 10);
 }
 
+namespace {
+
+// A compact length report at 1× and 2× of T = 4 positions: all-position losses and, at 2×, two buckets.
+nlohmann::json length_part(double at1, double at2, double bucket0, double bucket1) {
+  return {{"train_len", 4}, {"token_budget", 64}, {"multiple", {1.0, 2.0}}, {"loss", {at1, at2}}, {"loss_beyond_train", {nullptr, bucket1}},
+          {"bucket", 4}, {"bucket_loss", {{at1}, {bucket0, bucket1}}}};
+}
+
+}  // namespace
+
+// docs/compare.md "Length difference-in-differences": per seed (A − B at L) − (A − B at 1×).
+TEST(CompareSummary, LengthDifferenceInDifferences) {
+  nlohmann::json r = results_with({{"b", {5.0, 5.1, 5.2}}, {"a", {4.9, 5.0, 5.1}}}, {"b", "a"});
+  // b's loss at 1× is 5 + s/10, at 2× 0.05 more (0.1 more in the second bucket); a is 0.05 lower at
+  // 1× and its gap at 2× (all positions) is −0.05 + d_s with d = 0.01, 0.02, 0.03: DiD = d, mean 0.02, sd
+  // 0.01, t = 2√3 on 2 degrees of freedom, two-sided p = 1 − t/sqrt(2 + t²) = 1 − 2√3/√14. In the
+  // second bucket the gap grows by 2·d_s; in the first it stays (DiD 0 for every seed: no test).
+  const double d[3] = {0.01, 0.02, 0.03};
+  for (auto& run : r["runs"]) {
+    const int s = run["seed"].get<int>() - 1;
+    const double base = 5 + s / 10.0;
+    run["lengths"] = run["variant"] == "b" ? length_part(base, base + 0.05, base, base + 0.1)
+                                           : length_part(base - 0.05, base + d[s], base - 0.05, base + 0.1 - 0.05 + 2 * d[s]);
+  }
+  summarize_results(r);
+  ASSERT_TRUE(r.contains("length_did"));
+  const auto& did = r["length_did"];
+  EXPECT_EQ(did["comparisons_from"], "baseline");
+  EXPECT_EQ(did["bucket"], 4);
+  ASSERT_EQ(did["comparisons"].size(), 1u);
+  const auto& c = did["comparisons"][0];
+  EXPECT_EQ(c["comparison"], "a − b");
+  ASSERT_EQ(c["rows"].size(), 3u);  // 2×: all positions, [0, 4), [4, 8)
+  const auto& all = c["rows"][0];
+  EXPECT_EQ(all["positions"], "all");
+  EXPECT_EQ(all["n"], 3);
+  EXPECT_NEAR(all["did"].get<double>(), 0.02, 1e-12);
+  EXPECT_NEAR(all["diff_at_1"].get<double>(), -0.05, 1e-12);
+  EXPECT_NEAR(all["diff_at_length"].get<double>(), -0.03, 1e-12);
+  EXPECT_NEAR(all["t"].get<double>(), 2 * std::sqrt(3.0), 1e-8);
+  EXPECT_NEAR(all["p"].get<double>(), 1 - 2 * std::sqrt(3.0) / std::sqrt(14.0), 1e-9);
+  const double half = 4.30265272974946385232 * 0.01 / std::sqrt(3.0);
+  EXPECT_NEAR(all["ci95"][0].get<double>(), 0.02 - half, 1e-9);
+  EXPECT_NEAR(all["ci95"][1].get<double>(), 0.02 + half, 1e-9);
+  EXPECT_DOUBLE_EQ(all["sign_flip_p"].get<double>(), 0.25);  // all three of one sign: 2/2^3, the smallest 3 seeds allow
+  EXPECT_EQ(c["rows"][1]["positions"], "[0, 4)");
+  EXPECT_NEAR(c["rows"][1]["did"].get<double>(), 0, 1e-12);
+  EXPECT_TRUE(c["rows"][1]["p"].is_null());  // no spread: no t-test
+  EXPECT_EQ(c["rows"][2]["positions"], "[4, 8)");
+  EXPECT_EQ(c["rows"][2]["start"], 4);
+  EXPECT_NEAR(c["rows"][2]["did"].get<double>(), 0.04, 1e-12);
+  EXPECT_EQ(did["tests"], 2);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("## Length difference-in-differences"), std::string::npos);
+  EXPECT_NE(md.find("| a − b | 2× | all | 3 | -0.0500 | -0.0300 | +0.0200 |"), std::string::npos);
+  EXPECT_NE(md.find("these 2 tests (lengths × position ranges × comparisons) are not adjusted"), std::string::npos);
+  // With [primary], its comparisons (in their direction of text) instead of every variant against the baseline.
+  r["grid"]["primary"] = {{"comparisons", {{{"text", "b vs a"}, {"a", "b"}, {"b", "a"}, {"direction", "vs"}, {"effect", nullptr}}}},
+                          {"effect", nullptr}, {"alpha", 0.05}, {"power", 0.8}};
+  summarize_results(r);
+  EXPECT_EQ(r["length_did"]["comparisons_from"], "primary");
+  EXPECT_EQ(r["length_did"]["comparisons"][0]["comparison"], "b vs a");
+  EXPECT_NEAR(r["length_did"]["comparisons"][0]["rows"][0]["did"].get<double>(), -0.02, 1e-12);
+  // A sweep without 1× has no reference: a note, no rows.
+  for (auto& run : r["runs"]) run["lengths"]["multiple"] = {2.0, 4.0};
+  summarize_results(r);
+  EXPECT_TRUE(r["length_did"]["comparisons"][0]["rows"].empty());
+  EXPECT_NE(r["length_did"]["note"].get<std::string>().find("no 1× length"), std::string::npos);
+}
+
 // A task-only document: no loss table or curves; the tasks' tables.
 TEST(CompareSummary, TaskOnlyDocument) {
   nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});

@@ -366,6 +366,17 @@ std::string render_report_html(const json& results) {
            "(or lower) beyond T_train. Learned positions are undefined beyond T_train and have no points there.</figcaption>\n</figure>\n";
     }
   }
+  if (results.contains("length_did") && results["length_did"].is_object()) {
+    const json& did = results["length_did"];
+    o << "<h2>Length difference-in-differences</h2>\n";
+    if (did.contains("note")) o << "<p>" << esc(did["note"].get<std::string>()) << ".</p>\n";
+    o << html_table("length-did-table", compare::length_did_table(did))
+      << "<p style=\"font-size:13px;color:#555\">Per seed, DiD = (A − B at length L, those positions) − (A − B at 1×, all "
+         "positions), for " << (did.value("comparisons_from", std::string()) == "primary" ? "each primary comparison" : "each variant A against the baseline B")
+      << "; the mean over seeds with its t-interval, the two-sided t-test p and the exact sign-flip p. A level effect (the same gap at "
+         "every length) gives DiD ≈ 0. Secondary: these " << did.value("tests", 0)
+      << " tests (lengths × position ranges × comparisons) are not adjusted for multiple comparisons.</p>\n";
+  }
 
   // Synthetic tasks: accuracy and answer log-probability against length.
   if (g.contains("tasks") && g["tasks"].is_array()) {

@@ -71,10 +71,23 @@ json compact_analysis(const json& a) {
 json compact_lengths(const json& r) {
   json out{{"train_len", r["train_len"]}, {"token_budget", r["token_budget"]}, {"multiple", json::array()}, {"loss", json::array()},
            {"loss_beyond_train", json::array()}};
+  // Per length, the loss of each position bucket [i·bucket, (i+1)·bucket) (null: no such length or
+  // no tokens there): the length difference-in-differences test them (compare/inference.h).
+  json bucket_loss = json::array();
   for (const auto& l : r["lengths"]) {
     out["multiple"].push_back(l["multiple"]);
     out["loss"].push_back(l["loss"]);
     out["loss_beyond_train"].push_back(l["loss_beyond_train"]);
+    json b = nullptr;
+    if (l.contains("buckets") && l["buckets"].is_array()) {
+      b = json::array();
+      for (const auto& x : l["buckets"]) b.push_back(x.contains("loss") ? x["loss"] : json(nullptr));
+    }
+    bucket_loss.push_back(b);
+  }
+  if (r.contains("bucket") && r["bucket"].is_number()) {
+    out["bucket"] = r["bucket"];
+    out["bucket_loss"] = bucket_loss;
   }
   return out;
 }
@@ -153,6 +166,16 @@ void complete_from_run_files(json& run, const std::filesystem::path& dir) {
       return nullptr;  // an unreadable report adds nothing (the run's own numbers stay)
     }
   };
+  if (run.contains("lengths") && run["lengths"].is_object() && !run["lengths"].contains("bucket_loss")) {
+    const json lj = read(dir / "lengths.json");
+    if (lj.is_object() && lj.contains("lengths")) {
+      const json c = compact_lengths(lj);
+      if (c.contains("bucket_loss") && c["multiple"] == run["lengths"]["multiple"]) {
+        run["lengths"]["bucket"] = c["bucket"];
+        run["lengths"]["bucket_loss"] = c["bucket_loss"];
+      }
+    }
+  }
   if (run.contains("tasks") && run["tasks"].is_object())
     for (auto it = run["tasks"].begin(); it != run["tasks"].end(); ++it) {
       json& t = it.value();

@@ -89,6 +89,21 @@ void task_accuracy_section(std::ostringstream& o, const json& task) {
   }
 }
 
+// docs/compare.md "Length difference-in-differences".
+void length_did_section(std::ostringstream& o, const json& did) {
+  o << "\n## Length difference-in-differences\n\n";
+  if (did.contains("note")) o << did["note"].get<std::string>() << ".\n\n";
+  const bool primary = did.value("comparisons_from", std::string()) == "primary";
+  o << "For each " << (primary ? "primary comparison A − B" : "variant A against the baseline B") << ", length L > 1× and position "
+    << "range (all positions, then each bucket of " << did.value("bucket", 0) << " positions), per seed "
+    << "DiD = (A − B at L, those positions) − (A − B at 1×, all positions); mean over seeds with its t-interval (n − 1 degrees "
+       "of freedom), the two-sided t-test p and the exact sign-flip p. A gap that is the same at every length (a level effect) "
+       "gives DiD ≈ 0. **Secondary tests**: these "
+    << did.value("tests", 0) << " tests (lengths × position ranges × comparisons) are not adjusted for multiple comparisons; "
+       "expect about 1 in 20 below 0.05 by chance.\n\n";
+  write_table(o, compare::length_did_table(did));
+}
+
 // The language model's table: final validation loss per variant, its tests against the baseline.
 void loss_section(std::ostringstream& o, const json& results) {
   const auto& g = results["grid"];
@@ -216,6 +231,7 @@ std::string results_markdown(const json& results) {
       o << row << "\n";
     }
   }
+  if (results.contains("length_did") && results["length_did"].is_object()) length_did_section(o, results["length_did"]);
   if (g.contains("tasks"))
     for (const auto& t : g["tasks"]) {
       const std::string name = t["name"];
