@@ -3,7 +3,11 @@
 // values (model/config_values.h) — the grid and the configs read values through one parser.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -612,4 +616,42 @@ TEST(CompareSummary, TaskOnlyDocument) {
   EXPECT_EQ(html.find("id=\"fig-val-loss\""), std::string::npos);
   EXPECT_NE(html.find("id=\"task-accuracy-mqar\""), std::string::npos);
   EXPECT_NE(html.find("task-only grid"), std::string::npos);
+}
+
+// A result.json recorded before the bucket losses and task counts were kept gets them from its run
+// directory's lengths.json and task_NAME/eval.json (docs/compare.md "Task accuracy", "Length
+// difference-in-differences"); a report of other lengths is not taken.
+TEST(CompareSummary, OlderRunsCompletedFromTheirReports) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attnlab_test_complete_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "task_passkey");
+  const nlohmann::json lengths{{"train_len", 4}, {"token_budget", 64}, {"bucket", 4},
+                               {"lengths", {{{"length", 4}, {"multiple", 1.0}, {"applicable", true}, {"loss", 5.0}, {"loss_beyond_train", nullptr},
+                                             {"buckets", {{{"start", 0}, {"end", 4}, {"tokens", 8}, {"loss", 5.0}}}}},
+                                            {{"length", 8}, {"multiple", 2.0}, {"applicable", true}, {"loss", 5.5}, {"loss_beyond_train", 6.0},
+                                             {"buckets", {{{"start", 0}, {"end", 4}, {"tokens", 8}, {"loss", 5.0}},
+                                                          {{"start", 4}, {"end", 8}, {"tokens", 8}, {"loss", 6.0}}}}}}}};
+  const nlohmann::json task{{"train_len", 4}, {"samples", 10},
+                            {"cells", {{{"length", 4}, {"multiple", 1.0}, {"applicable", true}, {"samples", 10}, {"solved", 7},
+                                        {"strict_accuracy", 0.7}, {"token_accuracy", 0.8}, {"answer_logprob", -1.0}}}}};
+  std::ofstream(dir / "lengths.json") << lengths.dump();
+  std::ofstream(dir / "task_passkey" / "eval.json") << task.dump();
+  nlohmann::json old_lengths = compare::compact_lengths(lengths), old_task = compare::compact_task(task);
+  old_lengths.erase("bucket");
+  old_lengths.erase("bucket_loss");
+  old_task.erase("solved");
+  old_task.erase("scored");
+  nlohmann::json run{{"lengths", old_lengths}, {"tasks", {{"passkey", old_task}}}};
+  compare::complete_from_run_files(run, dir);
+  EXPECT_EQ(run["lengths"]["bucket"], 4);
+  EXPECT_EQ(run["lengths"]["bucket_loss"], nlohmann::json({{5.0}, {5.0, 6.0}}));
+  EXPECT_EQ(run["tasks"]["passkey"]["solved"], nlohmann::json({7}));
+  EXPECT_EQ(run["tasks"]["passkey"]["scored"], nlohmann::json({10}));
+  // A run evaluated at other lengths than its directory's report: left as it is.
+  nlohmann::json other{{"lengths", old_lengths}, {"tasks", {{"passkey", old_task}}}};
+  other["lengths"]["multiple"] = {1.0, 4.0};
+  other["tasks"]["passkey"]["multiple"] = {2.0};
+  compare::complete_from_run_files(other, dir);
+  EXPECT_FALSE(other["lengths"].contains("bucket_loss"));
+  EXPECT_FALSE(other["tasks"]["passkey"].contains("solved"));
+  std::filesystem::remove_all(dir);
 }
