@@ -3,12 +3,18 @@
 // values (model/config_values.h) — the grid and the configs read values through one parser.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
 #include "experiment/compare.h"
+#include "experiment/compare/evaluations.h"
 #include "experiment/compare/plan.h"
+#include "experiment/report.h"
 #include "experiment/stats.h"
 #include "model/config_values.h"
 #include "source_dir.h"
@@ -318,4 +324,334 @@ TEST(CompareResume, ConfigKeysAddedSinceARunAreNoDifferenceAtTheirDefault) {
   now["train.precision"] = "bf16";
   EXPECT_EQ(compare::config_differences({{"train.steps", 10}}, now), "train.precision");
   EXPECT_EQ(compare::config_differences({{"train.steps", 11}, {"train.precision", "fp32"}}, now), "train.precision, train.steps");
+}
+
+// Task-only grids (docs/compare.md "Task-only grids"): language_model = false, only [tasks.NAME].
+TEST(CompareGrid, TaskOnlyGrid) {
+  const std::string v = "[variants.rope]\nset = [\"attn.pos=rope\"]\n[variants.alibi]\nset = [\"attn.pos=alibi\"]\n";
+  const std::string task = "[tasks.passkey]\nsteps = 3\nset = [\"model.seq_len=80\"]\n";
+  const Grid g = parse_grid_text("language_model = false\npreset = \"tiny\"\nseeds = [1, 2]\n" + v + task, "g.toml");
+  EXPECT_FALSE(g.language_model);
+  ASSERT_EQ(g.tasks.size(), 1u);
+  EXPECT_TRUE(parse_grid_text(v + task, "g.toml").language_model);  // the default
+  EXPECT_EQ(error_of("language_model = false\n" + v),
+            "g.toml:1: language_model = false, but the grid has no [tasks.NAME] table: it would train nothing "
+            "(add e.g. [tasks.passkey] steps = 200, or leave language_model out)");
+  EXPECT_EQ(error_of("language_model = no\n" + v + task), "g.toml:1: language_model = no: expected true or false");
+  // Every key of the language model is refused, naming the key and its line; the first in file order.
+  const std::string tail = " is for the language model, which this grid does not train (language_model = false at g.toml:1); remove it "
+                           "(a task's own steps, lengths and samples go in its [tasks.NAME] table)";
+  for (const std::string key : {"steps = 10", "ckpt_every = 2", "analyze = true", "analyze_sequences = 2", "lengths = \"1,2\"",
+                                "length_tokens = 512"}) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(error_of("language_model = false\n" + key + "\n" + v + task), "g.toml:2: " + key.substr(0, key.find(' ')) + tail);
+  }
+  EXPECT_EQ(error_of("language_model = false\n" + v + task + "[primary]\ncomparisons = [\"alibi < rope\"]\n"), "g.toml:10: [primary]" + tail);
+  EXPECT_EQ(error_of("language_model = false\n" + v + task + "[budget]\nfactors = [2]\n"), "g.toml:10: [budget]" + tail);
+  EXPECT_EQ(error_of("lengths = \"1,2\"\nlanguage_model = false\n" + v + task),
+            "g.toml:1: lengths is for the language model, which this grid does not train (language_model = false at g.toml:2); remove it "
+            "(a task's own steps, lengths and samples go in its [tasks.NAME] table)");
+  // The record of a run's evaluations: unchanged for a grid with a language model (its finished runs
+  // resume), "language_model": false only in a task-only grid.
+  EXPECT_FALSE(compare::evaluations_json(parse_grid_text(v + task, "g.toml")).contains("language_model"));
+  EXPECT_EQ(compare::evaluations_json(g)["language_model"], false);
+  // A task-only plan resolves each cell's task model (no language model is checked).
+  const auto runs = compare::plan_runs(g, "/tmp/attnlab_test_task_only_plan");
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].id, "rope_s1");
+  ASSERT_EQ(runs[0].tasks.size(), 1u);
+  EXPECT_EQ(runs[0].tasks[0].cfg.model.vocab_size, 70);
+}
+
+// [tasks.mqar] keys, kv_pairs, queries and [tasks.needle] depths (as `attnlab task` takes them).
+TEST(CompareGrid, TaskKeys) {
+  const std::string v = "preset = \"tiny\"\n[variants.rope]\nset = [\"attn.pos=rope\"]\n";
+  const Grid g = parse_grid_text(v + "[tasks.mqar]\nkeys = 16\nkv_pairs = 8\nqueries = 4\n[tasks.needle]\ndepths = [0, 0.25, 1]\n"
+                                     "set = [\"model.seq_len=96\"]\n", "g.toml");
+  ASSERT_EQ(g.tasks.size(), 2u);
+  EXPECT_EQ(g.tasks[0].mqar_keys, 16);
+  EXPECT_EQ(g.tasks[0].kv_pairs, 8);
+  EXPECT_EQ(g.tasks[0].queries, 4);
+  EXPECT_EQ(g.tasks[1].depths, (std::vector<double>{0, 0.25, 1}));
+  const nlohmann::json tj = compare::tasks_json(g);
+  EXPECT_EQ(tj[0]["keys"], 16);
+  EXPECT_EQ(tj[0]["queries"], 4);
+  EXPECT_EQ(tj[1]["depths"], nlohmann::json({0, 0.25, 1}));
+  // Without them the record is what it was (finished runs of earlier grids resume).
+  EXPECT_EQ(compare::tasks_json(parse_grid_text(v + "[tasks.mqar]\nsteps = 3\n", "g.toml"))[0],
+            nlohmann::json({{"name", "mqar"}, {"sets", nlohmann::json::array()}, {"steps", 3}, {"lengths", "1,2,4"}, {"samples", 64}}));
+  // The task model gets the vocabulary of that shape: 3 + 2K.
+  const auto runs = compare::plan_runs(g, "/tmp/attnlab_test_task_keys_plan");
+  EXPECT_EQ(runs[0].tasks[0].cfg.model.vocab_size, 3 + 2 * 16);
+  EXPECT_EQ(runs[0].tasks[0].gen->describe()["kv_pairs"], 8);
+  // Ranges and the keys of the other tasks.
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nkeys = 1\n"), "g.toml:5: tasks.mqar.keys = 1: expected an integer in [2, 4096]");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nkeys = 5000\n"), "g.toml:5: tasks.mqar.keys = 5000: expected an integer in [2, 4096]");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nqueries = 0\n"), "g.toml:5: tasks.mqar.queries = 0: expected an integer in [1, 4096]");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nkeys = 4\nkv_pairs = 5\n"),
+            "g.toml:6: tasks.mqar.kv_pairs: kv_pairs = 5 exceeds keys = 4 (each pair has its own key)");
+  EXPECT_EQ(error_of(v + "[tasks.mqar]\nqueries = 3\nkv_pairs = 2\n"),
+            "g.toml:6: tasks.mqar.kv_pairs: queries = 3 exceeds kv_pairs = 2 (each query asks one pair)");
+  EXPECT_EQ(error_of(v + "[tasks.passkey]\ndepths = [0.5]\n"), "g.toml:5: tasks.passkey.depths: depths is a key of [tasks.needle] only");
+  EXPECT_EQ(error_of(v + "[tasks.needle]\nkeys = 4\n"), "g.toml:5: tasks.needle.keys: keys is a key of [tasks.mqar] only");
+  EXPECT_NE(error_of(v + "[tasks.needle]\ndepth = [0.5]\n").find("g.toml:5: unknown task key 'depth'"), std::string::npos);
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = [0.5, 1.5]\n"), "g.toml:5: tasks.needle.depths = 1.5: expected a number in [0, 1]");
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = [0.5, 0.5]\n"), "g.toml:5: tasks.needle.depths gives 0.5 twice");
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = []\n"),
+            "g.toml:5: tasks.needle.depths is empty (leave it out for the default 0.1, 0.3, 0.5, 0.7, 0.9)");
+  std::string many = "[";
+  for (int i = 0; i <= 64; ++i) many += (i ? ", " : "") + std::to_string(i / 64.0);
+  EXPECT_EQ(error_of(v + "[tasks.needle]\ndepths = " + many + "]\n"), "g.toml:5: tasks.needle.depths gives 65 depths; at most 64");
+  // The defaults are resolved per cell at the task model's seq_len, before anything trains:
+  // model.seq_len = 64 gives kv_pairs = min(64, 64/8) = 8.
+  auto plan_error = [](const std::string& text) {
+    try {
+      compare::plan_runs(parse_grid_text(text, "g.toml"), "/tmp/attnlab_test_task_keys_plan");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nqueries = 9\n"),
+            "grid [tasks.mqar] (variant rope): queries = 9 exceeds kv_pairs = 8 (the default, min(keys, model.seq_len/8)): each query "
+            "asks one pair");
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkv_pairs = 100\n"),
+            "grid [tasks.mqar] (variant rope): kv_pairs = 100 exceeds keys = 64 (the default, 64): each pair needs its own key");
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkv_pairs = 30\n"),
+            "grid [tasks.mqar] (variant rope): 30 pairs and 30 queries take 120 tokens, more than the task model's model.seq_len = 64: "
+            "give fewer kv_pairs or queries, or a longer model.seq_len in [tasks.mqar] set");
+  EXPECT_EQ(plan_error(v + "[tasks.mqar]\nset = [\"model.seq_len=64\"]\nkeys = 4\n"), "");  // kv_pairs = min(4, 8) = 4
+}
+
+namespace {
+
+// A compact task report (compare/evaluations.h) at multiples 1 and 2: solved of scored per length,
+// and per depth (two depths: the counts split k = k0 + k1, n = n/2 each) when `depths`.
+nlohmann::json task_part(long long k1, long long n1, long long k2, long long n2, bool depths = false) {
+  nlohmann::json t{{"multiple", {1.0, 2.0}}, {"token_accuracy", {0.5, 0.5}}, {"strict_accuracy", {double(k1) / n1, double(k2) / n2}},
+                   {"answer_logprob", {-1.0, -1.0}}, {"solved", {k1, k2}}, {"scored", {n1, n2}}};
+  if (depths) {
+    t["depths"] = {0.1, 0.9};
+    t["solved_by_depth"] = {{k1 / 2, k1 - k1 / 2}, {k2 / 2, k2 - k2 / 2}};
+    t["scored_by_depth"] = {{n1 / 2, n1 - n1 / 2}, {n2 / 2, n2 - n2 / 2}};
+  }
+  return t;
+}
+
+}  // namespace
+
+// docs/compare.md "Task accuracy": the solved samples pooled over seeds with Wilson's interval and
+// the difference to the baseline with Newcombe's (Newcombe 1998, Table II example (a): 56/70 − 48/80).
+TEST(CompareSummary, TaskAccuracyPooledOverSeeds) {
+  nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});
+  r["grid"]["tasks"] = {{{"name", "needle"}, {"sets", nlohmann::json::array()}, {"steps", 3}, {"lengths", "1,2"}, {"samples", 40}}};
+  // b: 20/40 + 28/40 = 48/80 at 1×; a: 30/35 + 26/35 = 56/70. At 2×: b 0/40 + 0/40, a 35/35 + 35/35.
+  const long long kb[2] = {20, 28}, ka[2] = {30, 26};
+  for (auto& run : r["runs"]) {
+    const int s = run["seed"].get<int>() - 1;
+    run["tasks"]["needle"] = run["variant"] == "b" ? task_part(kb[s], 40, 0, 40, true) : task_part(ka[s], 35, 35, 35, true);
+  }
+  summarize_results(r);
+  ASSERT_TRUE(r.contains("task_accuracy"));
+  const auto& t = r["task_accuracy"]["tasks"][0];
+  EXPECT_EQ(t["task"], "needle");
+  ASSERT_EQ(t["variants"].size(), 2u);
+  const auto& b = t["variants"][0];
+  const auto& a = t["variants"][1];
+  EXPECT_EQ(b["variant"], "b");
+  EXPECT_TRUE(b["vs_baseline"].is_null());
+  EXPECT_EQ(b["strict"][0]["solved"], 48);
+  EXPECT_EQ(b["strict"][0]["samples"], 80);
+  EXPECT_EQ(b["strict"][0]["seeds"], 2);
+  EXPECT_NEAR(b["strict"][0]["ci95"][0].get<double>(), 0.49045465005160394, 1e-12);  // Wilson 48/80 (Python, the same formula)
+  EXPECT_NEAR(b["strict"][0]["ci95"][1].get<double>(), 0.7003817240412907, 1e-12);
+  EXPECT_EQ(a["strict"][0]["solved"], 56);
+  EXPECT_EQ(a["strict"][0]["samples"], 70);
+  EXPECT_NEAR(a["vs_baseline"][0]["diff"].get<double>(), 0.2, 1e-12);
+  EXPECT_NEAR(a["vs_baseline"][0]["ci95"][0].get<double>(), 0.0524, 5e-5);  // Newcombe's Table II, method 10
+  EXPECT_NEAR(a["vs_baseline"][0]["ci95"][1].get<double>(), 0.3339, 5e-5);
+  // 0/80 and 70/70: the intervals reach the bounds exactly, the difference 1 with its interval below 1.
+  EXPECT_EQ(b["strict"][1]["ci95"][0].get<double>(), 0.0);
+  EXPECT_EQ(a["strict"][1]["ci95"][1].get<double>(), 1.0);
+  EXPECT_EQ(a["vs_baseline"][1]["ci95"][1].get<double>(), 1.0);
+  // By depth: b at 1× and depth 0.1 pools 10 + 14 of 20 + 20.
+  EXPECT_EQ(t["depths"], nlohmann::json({0.1, 0.9}));
+  EXPECT_EQ(b["by_depth"][0][0]["solved"], 24);
+  EXPECT_EQ(b["by_depth"][0][0]["samples"], 40);
+  EXPECT_EQ(a["by_depth"][0][1]["solved"], 15 + 13);
+  EXPECT_NEAR(b["by_depth"][0][0]["ci95"][0].get<double>(), stats::wilson(24, 40).lo, 1e-15);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("| a | 1× | 56 / 70 (2) | 0.800 | [0.692, 0.877] | +0.200 | [+0.052, +0.334] |"), std::string::npos);
+  EXPECT_NE(md.find("| b | 1× | 48 / 80 (2) | 0.600 | [0.490, 0.700] | baseline |"), std::string::npos);
+  EXPECT_NE(md.find("### NIAH by depth"), std::string::npos);
+  EXPECT_NE(md.find("| variant | length | depth 0.1 | depth 0.9 |"), std::string::npos);
+  // A run without the counts (a result.json from before they were kept) leaves that variant's cells empty.
+  r["runs"][0]["tasks"]["needle"].erase("solved");
+  summarize_results(r);
+  EXPECT_TRUE(r["task_accuracy"]["tasks"][0]["variants"][0]["strict"][0].is_null());
+  EXPECT_TRUE(r["task_accuracy"]["tasks"][0]["variants"][1]["vs_baseline"][0].is_null());
+  // Without tasks: no key.
+  nlohmann::json plain = results_with({{"b", {5.0}}, {"a", {4.9}}}, {"b", "a"});
+  summarize_results(plain);
+  EXPECT_FALSE(plain.contains("task_accuracy"));
+  EXPECT_FALSE(plain.contains("length_did"));
+}
+
+// compact_task keeps the counts the intervals pool: summed over depths, and per depth.
+TEST(CompareSummary, CompactTaskKeepsCounts) {
+  nlohmann::json report{{"train_len", 64}, {"samples", 10}, {"cells", nlohmann::json::array()}};
+  for (int length : {64, 128})
+    for (double depth : {0.2, 0.8})
+      report["cells"].push_back({{"length", length}, {"multiple", length / 64.0}, {"applicable", true}, {"depth", depth}, {"samples", 10},
+                                 {"solved", int(depth * 10) + length / 64}, {"strict_accuracy", 0.0}, {"token_accuracy", 0.0},
+                                 {"answer_logprob", 0.0}});
+  const nlohmann::json c = compare::compact_task(report);
+  EXPECT_EQ(c["solved"], nlohmann::json({2 + 1 + 8 + 1, 2 + 2 + 8 + 2}));
+  EXPECT_EQ(c["scored"], nlohmann::json({20, 20}));
+  EXPECT_EQ(c["depths"], nlohmann::json({0.2, 0.8}));
+  EXPECT_EQ(c["solved_by_depth"], nlohmann::json({{3, 9}, {4, 10}}));
+  EXPECT_EQ(c["scored_by_depth"], nlohmann::json({{10, 10}, {10, 10}}));
+  // An inapplicable length (learned positions beyond T_train) has no counts.
+  report["cells"][2] = {{"length", 128}, {"multiple", 2.0}, {"applicable", false}, {"depth", 0.2}, {"strict_accuracy", nullptr},
+                        {"token_accuracy", nullptr}, {"answer_logprob", nullptr}};
+  const nlohmann::json d = compare::compact_task(report);
+  EXPECT_TRUE(d["solved"][1].is_null());
+  EXPECT_TRUE(d["solved_by_depth"][1][0].is_null());
+  EXPECT_EQ(d["solved_by_depth"][1][1], 10);
+}
+
+namespace {
+
+// A compact length report at 1× and 2× of T = 4 positions: all-position losses and, at 2×, two buckets.
+nlohmann::json length_part(double at1, double at2, double bucket0, double bucket1) {
+  return {{"train_len", 4}, {"token_budget", 64}, {"multiple", {1.0, 2.0}}, {"loss", {at1, at2}}, {"loss_beyond_train", {nullptr, bucket1}},
+          {"bucket", 4}, {"bucket_loss", {{at1}, {bucket0, bucket1}}}};
+}
+
+}  // namespace
+
+// docs/compare.md "Length difference-in-differences": per seed (A − B at L) − (A − B at 1×).
+TEST(CompareSummary, LengthDifferenceInDifferences) {
+  nlohmann::json r = results_with({{"b", {5.0, 5.1, 5.2}}, {"a", {4.9, 5.0, 5.1}}}, {"b", "a"});
+  // b's loss at 1× is 5 + s/10, at 2× 0.05 more (0.1 more in the second bucket); a is 0.05 lower at
+  // 1× and its gap at 2× (all positions) is −0.05 + d_s with d = 0.01, 0.02, 0.03: DiD = d, mean 0.02, sd
+  // 0.01, t = 2√3 on 2 degrees of freedom, two-sided p = 1 − t/sqrt(2 + t²) = 1 − 2√3/√14. In the
+  // second bucket the gap grows by 2·d_s; in the first it stays (DiD 0 for every seed: no test).
+  const double d[3] = {0.01, 0.02, 0.03};
+  for (auto& run : r["runs"]) {
+    const int s = run["seed"].get<int>() - 1;
+    const double base = 5 + s / 10.0;
+    run["lengths"] = run["variant"] == "b" ? length_part(base, base + 0.05, base, base + 0.1)
+                                           : length_part(base - 0.05, base + d[s], base - 0.05, base + 0.1 - 0.05 + 2 * d[s]);
+  }
+  summarize_results(r);
+  ASSERT_TRUE(r.contains("length_did"));
+  const auto& did = r["length_did"];
+  EXPECT_EQ(did["comparisons_from"], "baseline");
+  EXPECT_EQ(did["bucket"], 4);
+  ASSERT_EQ(did["comparisons"].size(), 1u);
+  const auto& c = did["comparisons"][0];
+  EXPECT_EQ(c["comparison"], "a − b");
+  ASSERT_EQ(c["rows"].size(), 3u);  // 2×: all positions, [0, 4), [4, 8)
+  const auto& all = c["rows"][0];
+  EXPECT_EQ(all["positions"], "all");
+  EXPECT_EQ(all["n"], 3);
+  EXPECT_NEAR(all["did"].get<double>(), 0.02, 1e-12);
+  EXPECT_NEAR(all["diff_at_1"].get<double>(), -0.05, 1e-12);
+  EXPECT_NEAR(all["diff_at_length"].get<double>(), -0.03, 1e-12);
+  EXPECT_NEAR(all["t"].get<double>(), 2 * std::sqrt(3.0), 1e-8);
+  EXPECT_NEAR(all["p"].get<double>(), 1 - 2 * std::sqrt(3.0) / std::sqrt(14.0), 1e-9);
+  const double half = 4.30265272974946385232 * 0.01 / std::sqrt(3.0);
+  EXPECT_NEAR(all["ci95"][0].get<double>(), 0.02 - half, 1e-9);
+  EXPECT_NEAR(all["ci95"][1].get<double>(), 0.02 + half, 1e-9);
+  EXPECT_DOUBLE_EQ(all["sign_flip_p"].get<double>(), 0.25);  // all three of one sign: 2/2^3, the smallest 3 seeds allow
+  EXPECT_EQ(c["rows"][1]["positions"], "[0, 4)");
+  EXPECT_NEAR(c["rows"][1]["did"].get<double>(), 0, 1e-12);
+  EXPECT_TRUE(c["rows"][1]["p"].is_null());  // no spread: no t-test
+  EXPECT_EQ(c["rows"][2]["positions"], "[4, 8)");
+  EXPECT_EQ(c["rows"][2]["start"], 4);
+  EXPECT_NEAR(c["rows"][2]["did"].get<double>(), 0.04, 1e-12);
+  EXPECT_EQ(did["tests"], 2);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("## Length difference-in-differences"), std::string::npos);
+  EXPECT_NE(md.find("| a − b | 2× | all | 3 | -0.0500 | -0.0300 | +0.0200 |"), std::string::npos);
+  EXPECT_NE(md.find("these 2 tests (lengths × position ranges × comparisons) are not adjusted"), std::string::npos);
+  // With [primary], its comparisons (in their direction of text) instead of every variant against the baseline.
+  r["grid"]["primary"] = {{"comparisons", {{{"text", "b vs a"}, {"a", "b"}, {"b", "a"}, {"direction", "vs"}, {"effect", nullptr}}}},
+                          {"effect", nullptr}, {"alpha", 0.05}, {"power", 0.8}};
+  summarize_results(r);
+  EXPECT_EQ(r["length_did"]["comparisons_from"], "primary");
+  EXPECT_EQ(r["length_did"]["comparisons"][0]["comparison"], "b vs a");
+  EXPECT_NEAR(r["length_did"]["comparisons"][0]["rows"][0]["did"].get<double>(), -0.02, 1e-12);
+  // A sweep without 1× has no reference: a note, no rows.
+  for (auto& run : r["runs"]) run["lengths"]["multiple"] = {2.0, 4.0};
+  summarize_results(r);
+  EXPECT_TRUE(r["length_did"]["comparisons"][0]["rows"].empty());
+  EXPECT_NE(r["length_did"]["note"].get<std::string>().find("no 1× length"), std::string::npos);
+}
+
+// A task-only document: no loss table or curves; the tasks' tables.
+TEST(CompareSummary, TaskOnlyDocument) {
+  nlohmann::json r = results_with({{"b", {5.0, 5.1}}, {"a", {4.9, 5.0}}}, {"b", "a"});
+  r["grid"]["language_model"] = false;
+  r["grid"]["steps"] = 0;
+  r["grid"]["tasks"] = {{{"name", "mqar"}, {"sets", nlohmann::json::array()}, {"steps", 3}, {"lengths", "1,2"}, {"samples", 10}}};
+  for (auto& run : r["runs"]) {
+    run["val_loss"] = nullptr;
+    run["params"] = nullptr;
+    run["tokens_per_s"] = nullptr;
+    run["curve"] = {{"train", nlohmann::json::array()}, {"val", nlohmann::json::array()}};
+    run["tasks"]["mqar"] = task_part(5, 10, 2, 10);
+  }
+  summarize_results(r);
+  const std::string md = results_markdown(r);
+  EXPECT_NE(md.find("Task-only grid (`language_model = false`)"), std::string::npos);
+  EXPECT_EQ(md.find("| variant | settings | parameters"), std::string::npos);
+  EXPECT_EQ(md.find("Welch degrees of freedom"), std::string::npos);
+  EXPECT_NE(md.find("## Task: mqar"), std::string::npos);
+  EXPECT_NE(md.find("| a | 2× | 4 / 20 (2) | 0.200 |"), std::string::npos);
+  EXPECT_EQ(md.find("NIAH by depth"), std::string::npos);
+  const std::string html = render_report_html(r);
+  EXPECT_EQ(html.find("id=\"results-table\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"fig-val-loss\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"task-accuracy-mqar\""), std::string::npos);
+  EXPECT_NE(html.find("task-only grid"), std::string::npos);
+}
+
+// A result.json recorded before the bucket losses and task counts were kept gets them from its run
+// directory's lengths.json and task_NAME/eval.json (docs/compare.md "Task accuracy", "Length
+// difference-in-differences"); a report of other lengths is not taken.
+TEST(CompareSummary, OlderRunsCompletedFromTheirReports) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attnlab_test_complete_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "task_passkey");
+  const nlohmann::json lengths{{"train_len", 4}, {"token_budget", 64}, {"bucket", 4},
+                               {"lengths", {{{"length", 4}, {"multiple", 1.0}, {"applicable", true}, {"loss", 5.0}, {"loss_beyond_train", nullptr},
+                                             {"buckets", {{{"start", 0}, {"end", 4}, {"tokens", 8}, {"loss", 5.0}}}}},
+                                            {{"length", 8}, {"multiple", 2.0}, {"applicable", true}, {"loss", 5.5}, {"loss_beyond_train", 6.0},
+                                             {"buckets", {{{"start", 0}, {"end", 4}, {"tokens", 8}, {"loss", 5.0}},
+                                                          {{"start", 4}, {"end", 8}, {"tokens", 8}, {"loss", 6.0}}}}}}}};
+  const nlohmann::json task{{"train_len", 4}, {"samples", 10},
+                            {"cells", {{{"length", 4}, {"multiple", 1.0}, {"applicable", true}, {"samples", 10}, {"solved", 7},
+                                        {"strict_accuracy", 0.7}, {"token_accuracy", 0.8}, {"answer_logprob", -1.0}}}}};
+  std::ofstream(dir / "lengths.json") << lengths.dump();
+  std::ofstream(dir / "task_passkey" / "eval.json") << task.dump();
+  nlohmann::json old_lengths = compare::compact_lengths(lengths), old_task = compare::compact_task(task);
+  old_lengths.erase("bucket");
+  old_lengths.erase("bucket_loss");
+  old_task.erase("solved");
+  old_task.erase("scored");
+  nlohmann::json run{{"lengths", old_lengths}, {"tasks", {{"passkey", old_task}}}};
+  compare::complete_from_run_files(run, dir);
+  EXPECT_EQ(run["lengths"]["bucket"], 4);
+  EXPECT_EQ(run["lengths"]["bucket_loss"], nlohmann::json({{5.0}, {5.0, 6.0}}));
+  EXPECT_EQ(run["tasks"]["passkey"]["solved"], nlohmann::json({7}));
+  EXPECT_EQ(run["tasks"]["passkey"]["scored"], nlohmann::json({10}));
+  // A run evaluated at other lengths than its directory's report: left as it is.
+  nlohmann::json other{{"lengths", old_lengths}, {"tasks", {{"passkey", old_task}}}};
+  other["lengths"]["multiple"] = {1.0, 4.0};
+  other["tasks"]["passkey"]["multiple"] = {2.0};
+  compare::complete_from_run_files(other, dir);
+  EXPECT_FALSE(other["lengths"].contains("bucket_loss"));
+  EXPECT_FALSE(other["tasks"]["passkey"].contains("solved"));
+  std::filesystem::remove_all(dir);
 }

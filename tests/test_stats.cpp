@@ -13,6 +13,13 @@
 // power.t.test(delta = 1, sd = 1, power = .8, type = "one.sample") → n = 9.937864; the noncentral t
 // against quadrature of its defining integral, P(T' ≤ t) = ∫ Φ(t·sqrt(u/df) − ncp) f_{χ²_df}(u) du,
 // in mpmath 1.3.0 at 30 digits (which also reproduces every R number quoted here to its printed digits).
+// The proportions of the synthetic tasks against Newcombe's worked examples: the Wilson interval
+// ("Two-sided confidence intervals for the single proportion: comparison of seven methods", 1998,
+// method 3: 81/263, 15/148, 0/20, 1/29) and the hybrid score interval of a difference ("Interval
+// estimation for the difference between independent proportions: comparison of eleven methods",
+// 1998, method 10, its examples (a)-(h)), at the 4 decimals printed there; the full-precision
+// values beside them were recomputed from the same formulas in Python with SciPy 1.10.1's
+// norm.ppf(0.975) = 1.959963984540054.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,4 +263,72 @@ TEST(Stats, RatioOfMeansDeltaMethodByHand) {
   EXPECT_NEAR(r.hi, 0.75 + 4.30265272974946385232 * std::sqrt(3.0 / 256), 1e-9);
   EXPECT_FALSE(ratio_of_means({1}, {2}).valid);
   EXPECT_DOUBLE_EQ(ratio_of_means({1}, {2}).ratio, 0.5);
+}
+
+TEST(Stats, NormalQuantile) {
+  EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-14);  // SciPy norm.ppf
+  EXPECT_NEAR(normal_quantile(0.995), 2.5758293035489004, 1e-14);
+  EXPECT_NEAR(normal_quantile(0.1), -1.2815515655446004, 1e-14);
+  EXPECT_DOUBLE_EQ(normal_quantile(0.5), 0);
+  EXPECT_TRUE(std::isnan(normal_quantile(0)));
+  EXPECT_TRUE(std::isnan(normal_quantile(1)));
+}
+
+TEST(Stats, WilsonNewcombeSingleProportionExamples) {
+  struct Case {
+    long long k, n;
+    double lo, hi;  // Newcombe (1998a), method 3, 4 decimals
+  };
+  for (const Case& c : {Case{81, 263, 0.2553, 0.3662}, Case{15, 148, 0.0624, 0.1605}, Case{0, 20, 0.0, 0.1611}, Case{1, 29, 0.0061, 0.1718},
+                        Case{0, 10, 0.0, 0.2775}}) {
+    SCOPED_TRACE(std::to_string(c.k) + "/" + std::to_string(c.n));
+    const Proportion w = wilson(c.k, c.n);
+    ASSERT_TRUE(w.valid);
+    EXPECT_DOUBLE_EQ(w.p, double(c.k) / double(c.n));
+    EXPECT_NEAR(w.lo, c.lo, 5e-5);
+    EXPECT_NEAR(w.hi, c.hi, 5e-5);
+  }
+  // Full precision (the formula in Python): 81/263 and 15/148.
+  EXPECT_NEAR(wilson(81, 263).lo, 0.2552885198782742, 1e-13);
+  EXPECT_NEAR(wilson(81, 263).hi, 0.36620957698280004, 1e-13);
+  EXPECT_NEAR(wilson(15, 148).lo, 0.06238639953073629, 1e-13);
+  EXPECT_NEAR(wilson(15, 148).hi, 0.16048724172330803, 1e-13);
+  // At k = 0 and k = n the bound is exact; the other is the mirror image: 10/10 = [1 − 0.2775, 1].
+  EXPECT_EQ(wilson(0, 10).lo, 0.0);
+  EXPECT_EQ(wilson(10, 10).hi, 1.0);
+  EXPECT_NEAR(wilson(10, 10).lo, 1 - wilson(0, 10).hi, 1e-15);
+  // 99%: z = 2.5758…, 0/10 → z²/(n + z²).
+  const double z = 2.5758293035489004;
+  EXPECT_NEAR(wilson(0, 10, 0.01).hi, z * z / (10 + z * z), 1e-13);
+  EXPECT_FALSE(wilson(0, 0).valid);
+  EXPECT_FALSE(wilson(3, 2).valid);
+  EXPECT_FALSE(wilson(-1, 2).valid);
+  EXPECT_TRUE(std::isnan(wilson(0, 0).lo));
+}
+
+TEST(Stats, NewcombeHybridScoreDifferenceExamples) {
+  struct Case {
+    long long ka, na, kb, nb;
+    double diff, lo, hi;  // Newcombe (1998b), Table II, method 10
+  };
+  const Case cases[] = {{56, 70, 48, 80, 0.2, 0.0524, 0.3339},     {9, 10, 3, 10, 0.6, 0.1705, 0.8090},
+                        {6, 7, 2, 7, 4.0 / 7, 0.0582, 0.8062},     {5, 56, 0, 29, 5.0 / 56, -0.0381, 0.1926},
+                        {0, 10, 0, 20, 0.0, -0.1611, 0.2775},      {0, 10, 0, 10, 0.0, -0.2775, 0.2775},
+                        {10, 10, 0, 20, 1.0, 0.6791, 1.0},         {10, 10, 0, 10, 1.0, 0.6075, 1.0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.ka) + "/" + std::to_string(c.na) + " - " + std::to_string(c.kb) + "/" + std::to_string(c.nb));
+    const ProportionDifference d = newcombe_difference(wilson(c.ka, c.na), wilson(c.kb, c.nb));
+    ASSERT_TRUE(d.valid);
+    EXPECT_NEAR(d.diff, c.diff, 1e-15);
+    EXPECT_NEAR(d.lo, c.lo, 5e-5);
+    EXPECT_NEAR(d.hi, c.hi, 5e-5);
+  }
+  // Example (a) in full precision, and the interval of b − a is the mirror of a − b's.
+  const ProportionDifference a = newcombe_difference(wilson(56, 70), wilson(48, 80));
+  EXPECT_NEAR(a.lo, 0.052431472402364815, 1e-13);
+  EXPECT_NEAR(a.hi, 0.3338726540369059, 1e-13);
+  const ProportionDifference m = newcombe_difference(wilson(48, 80), wilson(56, 70));
+  EXPECT_NEAR(m.lo, -a.hi, 1e-15);
+  EXPECT_NEAR(m.hi, -a.lo, 1e-15);
+  EXPECT_FALSE(newcombe_difference(wilson(1, 0), wilson(1, 2)).valid);
 }

@@ -30,6 +30,9 @@ struct GridTask {
   int steps = 200;
   std::string lengths = "1,2,4";       // parse_lengths of the task model's seq_len
   int samples = 64;                    // per length (and depth, for the needle)
+  // mqar's shape as `attnlab task mqar --keys --kv-pairs --queries` takes it (0: the task's default).
+  int mqar_keys = 0, kv_pairs = 0, queries = 0;
+  std::vector<double> depths;          // needle: the depths evaluated (empty: the task's 0.1, 0.3, 0.5, 0.7, 0.9)
 };
 
 // A primary comparison of the grid's [primary] table (docs/compare.md "Primary comparisons"), written
@@ -67,6 +70,9 @@ struct Grid {
   double primary_alpha = 0.05;         // [primary] alpha: level of the tests and of the seed plan
   double primary_power = 0.8;          // [primary] power: the seed plan's target power
   GridBudget budget;
+  // false: a task-only grid (docs/compare.md "Task-only grids"): each cell trains and evaluates its
+  // [tasks.NAME] models and no language model.
+  bool language_model = true;
 };
 
 // "A < B", "A > B", "A vs B", with " by EFFECT" when the comparison has its own effect.

@@ -220,36 +220,10 @@ std::string html_table(const std::string& id, const compare::TextTable& t) {
   return h + "</table>\n";
 }
 
-}  // namespace
-
-std::string render_report_html(const json& results) {
+// The language model's curves and table (a task-only grid has neither).
+void language_model_section(std::ostringstream& o, const json& results, const std::vector<std::string>& order,
+                            std::map<std::string, std::string>& color, std::map<std::string, std::vector<const json*>>& runs_of) {
   const auto& g = results["grid"];
-  std::vector<std::string> order;
-  for (const auto& v : g["variants"]) order.push_back(v["name"].get<std::string>());
-  std::map<std::string, std::string> color;
-  for (size_t i = 0; i < order.size(); ++i) color[order[i]] = kColors[i % 10];
-  std::map<std::string, std::vector<const json*>> runs_of;
-  for (const auto& r : results["runs"])
-    if (!compare::is_budget_run(r)) runs_of[r["variant"].get<std::string>()].push_back(&r);
-
-  std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>attnlab compare: " << esc(g["name"].get<std::string>())
-    << "</title>\n<style>\nbody{font-family:sans-serif;margin:24px;max-width:1150px;color:#222}\n"
-       "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #bbb;padding:4px 8px;font-size:13px}\n"
-       "td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f2f2f2}\n"
-       "figure{margin:18px 0}figcaption{font-size:13px;color:#555;max-width:760px}code{background:#f4f4f4}\n"
-       ".grid{display:flex;flex-wrap:wrap;gap:12px}\n</style>\n</head>\n<body>\n";
-  o << "<h1>attnlab compare: " << esc(g["name"].get<std::string>()) << "</h1>\n<p>preset <code>" << esc(g["preset"].get<std::string>())
-    << "</code>";
-  for (const auto& s : g["sets"]) o << ", <code>" << esc(s.get<std::string>()) << "</code>";
-  o << "; " << g["steps"].get<int>() << " steps, " << results["tokens_per_run"].get<long long>() << " tokens per run; seeds";
-  for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
-  o << "; baseline <code>" << esc(g["baseline"].get<std::string>()) << "</code>; attnlab " << esc(results.value("attnlab_version", "?")) << ".</p>\n";
-  if (results.contains("partial"))
-    o << "<p id=\"partial\"><strong>Partial:</strong> " << results["partial"]["runs_done"].get<long long>() << " of "
-      << results["partial"]["runs_total"].get<long long>() << " runs finished; the seeds per variant are in the table's n.</p>\n";
-
-  // Curves.
   std::vector<Series> val, tr;
   for (const auto& v : order) {
     std::vector<const json*> vc, tc;
@@ -304,6 +278,41 @@ std::string render_report_html(const json& results) {
        "validation shard; Welch's unequal-variance t-test, Welch–Satterthwaite degrees of freedom, two-sided p. Paired: the mean of "
        "the per-seed differences to the baseline's run of the same seed (same data order) and its t-test on n − 1 degrees of "
        "freedom. With few seeds the intervals are wide.</p>\n";
+}
+
+}  // namespace
+
+std::string render_report_html(const json& results) {
+  const auto& g = results["grid"];
+  std::vector<std::string> order;
+  for (const auto& v : g["variants"]) order.push_back(v["name"].get<std::string>());
+  std::map<std::string, std::string> color;
+  for (size_t i = 0; i < order.size(); ++i) color[order[i]] = kColors[i % 10];
+  std::map<std::string, std::vector<const json*>> runs_of;
+  for (const auto& r : results["runs"])
+    if (!compare::is_budget_run(r)) runs_of[r["variant"].get<std::string>()].push_back(&r);
+
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>attnlab compare: " << esc(g["name"].get<std::string>())
+    << "</title>\n<style>\nbody{font-family:sans-serif;margin:24px;max-width:1150px;color:#222}\n"
+       "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #bbb;padding:4px 8px;font-size:13px}\n"
+       "td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f2f2f2}\n"
+       "figure{margin:18px 0}figcaption{font-size:13px;color:#555;max-width:760px}code{background:#f4f4f4}\n"
+       ".grid{display:flex;flex-wrap:wrap;gap:12px}\n</style>\n</head>\n<body>\n";
+  o << "<h1>attnlab compare: " << esc(g["name"].get<std::string>()) << "</h1>\n<p>preset <code>" << esc(g["preset"].get<std::string>())
+    << "</code>";
+  for (const auto& s : g["sets"]) o << ", <code>" << esc(s.get<std::string>()) << "</code>";
+  const bool language_model = g.value("language_model", true);
+  if (language_model) o << "; " << g["steps"].get<int>() << " steps, " << results["tokens_per_run"].get<long long>() << " tokens per run";
+  else o << "; a task-only grid (<code>language_model = false</code>): no language model, the task models only";
+  o << "; seeds";
+  for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
+  o << "; baseline <code>" << esc(g["baseline"].get<std::string>()) << "</code>; attnlab " << esc(results.value("attnlab_version", "?")) << ".</p>\n";
+  if (results.contains("partial"))
+    o << "<p id=\"partial\"><strong>Partial:</strong> " << results["partial"]["runs_done"].get<long long>() << " of "
+      << results["partial"]["runs_total"].get<long long>() << " runs finished; the seeds per variant are in the table's n.</p>\n";
+
+  if (language_model) language_model_section(o, results, order, color, runs_of);
 
   // The primary comparisons and the gains in compute, where the grid has them (docs/compare.md).
   if (results.contains("primary_comparisons") && results["primary_comparisons"].is_object()) {
@@ -357,6 +366,17 @@ std::string render_report_html(const json& results) {
            "(or lower) beyond T_train. Learned positions are undefined beyond T_train and have no points there.</figcaption>\n</figure>\n";
     }
   }
+  if (results.contains("length_did") && results["length_did"].is_object()) {
+    const json& did = results["length_did"];
+    o << "<h2>Length difference-in-differences</h2>\n";
+    if (did.contains("note")) o << "<p>" << esc(did["note"].get<std::string>()) << ".</p>\n";
+    o << html_table("length-did-table", compare::length_did_table(did))
+      << "<p style=\"font-size:13px;color:#555\">Per seed, DiD = (A − B at length L, those positions) − (A − B at 1×, all "
+         "positions), for " << (did.value("comparisons_from", std::string()) == "primary" ? "each primary comparison" : "each variant A against the baseline B")
+      << "; the mean over seeds with its t-interval, the two-sided t-test p and the exact sign-flip p. A level effect (the same gap at "
+         "every length) gives DiD ≈ 0. Secondary: these " << did.value("tests", 0)
+      << " tests (lengths × position ranges × comparisons) are not adjusted for multiple comparisons.</p>\n";
+  }
 
   // Synthetic tasks: accuracy and answer log-probability against length.
   if (g.contains("tasks") && g["tasks"].is_array()) {
@@ -382,6 +402,17 @@ std::string render_report_html(const json& results) {
         << "</div><figcaption>Each variant trained on " << esc(name) << " for " << t["steps"].get<int>() << " steps (<code>" << esc(sets)
         << "</code>, the run's seed), then evaluated on " << t["samples"].get<int>()
         << " fresh samples per length (needle: per length and depth, averaged over depths); mean ± sd over seeds.</figcaption>\n</figure>\n";
+      if (results.contains("task_accuracy") && results["task_accuracy"].is_object())
+        for (const auto& ta : results["task_accuracy"]["tasks"]) {
+          if (ta["task"] != name) continue;
+          o << html_table("task-accuracy-" + name, compare::task_accuracy_table(ta))
+            << "<p style=\"font-size:13px;color:#555\">Strict accuracy pooled over the seeds (k solved of n = samples × seeds) with "
+               "the Wilson 95% score interval; Δ vs baseline with Newcombe's hybrid score interval. Pooling treats each sample as "
+               "an independent trial: the interval is the evaluation's sampling error for these models, not the spread between "
+               "seeds.</p>\n";
+          if (ta.contains("depths"))
+            o << "<h3>NIAH by depth</h3>\n" << html_table("task-depth-" + name, compare::depth_accuracy_table(ta));
+        }
     }
   }
 

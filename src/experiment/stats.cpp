@@ -182,6 +182,53 @@ std::vector<double> holm_adjust(const std::vector<double>& p) {
 
 double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
+double normal_quantile(double p) {
+  if (!(p > 0 && p < 1)) return std::numeric_limits<double>::quiet_NaN();
+  if (p == 0.5) return 0;
+  if (p < 0.5) return -normal_quantile(1 - p);
+  double lo = 0, hi = 1;
+  while (normal_cdf(hi) < p && hi < 40) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-15 * std::max(1.0, hi); ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (normal_cdf(mid) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+Proportion wilson(long long k, long long n, double alpha) {
+  Proportion r;
+  r.successes = k;
+  r.n = n;
+  if (n <= 0 || k < 0 || k > n || !(alpha > 0 && alpha < 1)) {
+    r.p = r.lo = r.hi = std::numeric_limits<double>::quiet_NaN();
+    return r;
+  }
+  const double z = normal_quantile(1 - alpha / 2), z2 = z * z, kd = double(k), nd = double(n);
+  r.p = kd / nd;
+  const double centre = (2 * kd + z2) / (2 * (nd + z2));
+  const double half = z * std::sqrt(z2 + 4 * kd * (1 - r.p)) / (2 * (nd + z2));
+  // At k = 0 (k = n) the bound is 0 (1) exactly; the formula can round to ±1e-17 beside it.
+  r.lo = k == 0 ? 0.0 : std::max(0.0, centre - half);
+  r.hi = k == n ? 1.0 : std::min(1.0, centre + half);
+  r.valid = true;
+  return r;
+}
+
+ProportionDifference newcombe_difference(const Proportion& a, const Proportion& b, double alpha) {
+  ProportionDifference d;
+  // The intervals at this alpha (a and b may carry intervals of another level).
+  const Proportion wa = wilson(a.successes, a.n, alpha), wb = wilson(b.successes, b.n, alpha);
+  if (!wa.valid || !wb.valid) {
+    d.diff = d.lo = d.hi = std::numeric_limits<double>::quiet_NaN();
+    return d;
+  }
+  d.diff = wa.p - wb.p;
+  d.lo = d.diff - std::sqrt((wa.p - wa.lo) * (wa.p - wa.lo) + (wb.hi - wb.p) * (wb.hi - wb.p));
+  d.hi = d.diff + std::sqrt((wa.hi - wa.p) * (wa.hi - wa.p) + (wb.p - wb.lo) * (wb.p - wb.lo));
+  d.valid = true;
+  return d;
+}
+
 double noncentral_t_cdf(double t, double df, double ncp) {
   if (std::isnan(t) || std::isnan(ncp) || !(df > 0)) return std::numeric_limits<double>::quiet_NaN();
   if (ncp == 0) return t_cdf(t, df);

@@ -3,7 +3,8 @@
 // Welch's unequal-variance t-test with its Welch–Satterthwaite interval, the paired t-test; for the
 // primary comparisons the exact sign-flip permutation test, Holm's adjustment, the noncentral t
 // and the power (seeds needed) of the paired t-test; for the gains in compute a least-squares line
-// and the delta-method interval of a ratio of means. Naive code, one function each with its
+// and the delta-method interval of a ratio of means; for the synthetic tasks' accuracies the Wilson
+// score interval of a proportion and Newcombe's interval of a difference of two. Naive code, one function each with its
 // reference; no external library.
 #pragma once
 #include <vector>
@@ -76,6 +77,34 @@ std::vector<double> holm_adjust(const std::vector<double>& p);
 
 // Φ(z), the standard normal CDF.
 double normal_cdf(double z);
+
+// The p-quantile z of the standard normal, Φ(z) = p (0 < p < 1), by bisection on
+// normal_cdf to 1e-15.
+double normal_quantile(double p);
+
+// A binomial proportion k/n with its Wilson score interval (Wilson 1927, "Probable inference, the law
+// of succession, and statistical inference"; Newcombe 1998, "Two-sided confidence intervals for the
+// single proportion", method 3): the p0 with |k/n − p0| ≤ z·sqrt(p0(1 − p0)/n), z = z_{1−alpha/2}:
+//   (2k + z² ∓ z·sqrt(z² + 4k(1 − k/n))) / (2(n + z²)).
+// Unlike k/n ∓ z·sqrt(p̂(1 − p̂)/n) it stays inside [0, 1] and is not empty at k = 0 or k = n
+// (0/10: [0, 0.2775]). valid = false (p, lo, hi NaN) when n = 0 or k is not in [0, n].
+struct Proportion {
+  long long successes = 0, n = 0;
+  double p = 0, lo = 0, hi = 0;
+  bool valid = false;
+};
+Proportion wilson(long long successes, long long n, double alpha = 0.05);
+
+// The difference of two independent proportions a − b with Newcombe's hybrid score interval
+// (Newcombe 1998, "Interval estimation for the difference between independent proportions:
+// comparison of eleven methods", method 10): with the Wilson intervals [l_a, u_a] and [l_b, u_b],
+//   lo = d − sqrt((p_a − l_a)² + (u_b − p_b)²),  hi = d + sqrt((u_a − p_a)² + (p_b − l_b)²).
+// valid = false (all NaN) when either proportion is invalid.
+struct ProportionDifference {
+  double diff = 0, lo = 0, hi = 0;
+  bool valid = false;
+};
+ProportionDifference newcombe_difference(const Proportion& a, const Proportion& b, double alpha = 0.05);
 
 // P(T' ≤ t) for the noncentral t with df > 0 degrees of freedom and noncentrality ncp, T' = (Z + ncp)/sqrt(V/df):
 // Lenth's series (1989, Applied Statistics algorithm AS 243) for t ≥ 0,

@@ -139,7 +139,7 @@ class Mqar final : public Task {
       ans[i] = p;  // the target at index p is token p + 1, the value
     }
   }
-  static constexpr int kMaxKeys = 4096;
+  static constexpr int kMaxKeys = kMqarMaxKeys;
 
  private:
   int K_, D_, Q_;
@@ -167,14 +167,21 @@ std::string CharTokenizer::decode(const int32_t* ids, size_t n) {
   return s;
 }
 
+MqarShape mqar_shape(const TaskParams& p, int train_len) {
+  MqarShape s;
+  s.keys = p.mqar_keys > 0 ? p.mqar_keys : 64;
+  s.kv_pairs = p.kv_pairs > 0 ? p.kv_pairs : std::max(1, std::min(s.keys, train_len / 8));
+  s.queries = p.queries > 0 ? p.queries : s.kv_pairs;
+  return s;
+}
+
 std::unique_ptr<Task> Task::make(const TaskParams& p, int train_len) {
   if (p.name == "passkey") return std::make_unique<Passkey>();
   if (p.name == "needle") return std::make_unique<Needle>();
   if (p.name == "mqar") {
-    const int K = p.mqar_keys > 0 ? p.mqar_keys : 64;
+    const MqarShape shape = mqar_shape(p, train_len);
+    const int K = shape.keys, D = shape.kv_pairs, Q = shape.queries;
     if (K < 2 || K > Mqar::kMaxKeys) fail("--keys ", K, ": MQAR needs 2..", Mqar::kMaxKeys, " keys");
-    const int D = p.kv_pairs > 0 ? p.kv_pairs : std::max(1, std::min(K, train_len / 8));
-    const int Q = p.queries > 0 ? p.queries : D;
     if (D > K) fail("--kv-pairs ", D, " exceeds the ", K, " distinct keys (--keys)");
     if (Q > D) fail("--queries ", Q, " exceeds the ", D, " key-value pairs");
     if (1 + 2 * D + 2 * Q > train_len + 1)
@@ -294,6 +301,7 @@ TaskEvalReport evaluate_task(const Task& task, const std::function<std::unique_p
   if (task.uses_depth()) depths = opts.depths.empty() ? std::vector<double>{0.1, 0.3, 0.5, 0.7, 0.9} : opts.depths;
   for (double d : depths)
     if (task.uses_depth() && !(d >= 0 && d <= 1)) fail("--depths: ", d, " is outside [0, 1]");
+  if ((int)depths.size() > kMaxNeedleDepths) fail("--depths: ", depths.size(), " depths; at most ", kMaxNeedleDepths);
   for (int L : opts.lengths) {
     const int Ls = L + 1;
     if (Ls < task.min_length())

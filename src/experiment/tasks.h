@@ -28,6 +28,10 @@ struct CharTokenizer {
   static std::string decode(const int32_t* ids, size_t n);
 };
 
+// MQAR's largest K (the generator's stack arrays), and the most needle depths an evaluation takes
+// (sample i of cell (length L, depth index d) is drawn from stream L·64 + d).
+inline constexpr int kMqarMaxKeys = 4096, kMaxNeedleDepths = 64;
+
 struct TaskParams {
   std::string name;       // passkey | needle | mqar
   // MQAR only (0: defaults from the sequence length, see docs/long-context.md).
@@ -35,6 +39,13 @@ struct TaskParams {
   int kv_pairs = 0;       // D key-value pairs (default min(K, T_train/8))
   int queries = 0;        // Q queries (default D)
 };
+
+// MQAR's K, D and Q with the defaults of TaskParams applied for a model of train_len tokens (not
+// checked: Task::make checks them).
+struct MqarShape {
+  int keys = 0, kv_pairs = 0, queries = 0;
+};
+MqarShape mqar_shape(const TaskParams& p, int train_len);
 
 // A task generates samples of Ls tokens: the model reads tokens [0, Ls−1) and predicts [1, Ls).
 // The answer is a set of target indices (into the Ls−1 targets) that are scored.

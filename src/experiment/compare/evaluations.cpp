@@ -1,6 +1,8 @@
 #include "experiment/compare/evaluations.h"
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -69,16 +71,31 @@ json compact_analysis(const json& a) {
 json compact_lengths(const json& r) {
   json out{{"train_len", r["train_len"]}, {"token_budget", r["token_budget"]}, {"multiple", json::array()}, {"loss", json::array()},
            {"loss_beyond_train", json::array()}};
+  // Per length, the loss of each position bucket [i·bucket, (i+1)·bucket) (null: no such length or
+  // no tokens there): the length difference-in-differences test them (compare/inference.h).
+  json bucket_loss = json::array();
   for (const auto& l : r["lengths"]) {
     out["multiple"].push_back(l["multiple"]);
     out["loss"].push_back(l["loss"]);
     out["loss_beyond_train"].push_back(l["loss_beyond_train"]);
+    json b = nullptr;
+    if (l.contains("buckets") && l["buckets"].is_array()) {
+      b = json::array();
+      for (const auto& x : l["buckets"]) b.push_back(x.contains("loss") ? x["loss"] : json(nullptr));
+    }
+    bucket_loss.push_back(b);
+  }
+  if (r.contains("bucket") && r["bucket"].is_number()) {
+    out["bucket"] = r["bucket"];
+    out["bucket_loss"] = bucket_loss;
   }
   return out;
 }
 
 // A task report per length: strict and per-token accuracy and the answer's log-probability, the
-// needle's cells averaged over its depths (each depth has the same number of samples).
+// needle's cells averaged over its depths (each depth has the same number of samples); the counts
+// behind the strict accuracy (solved of scored samples, summed over depths) and, for the needle,
+// the same per depth: the Wilson intervals pool them over seeds (compare/inference.h).
 json compact_task(const json& r) {
   std::vector<double> mult;
   std::map<double, std::vector<const json*>> at;
@@ -101,7 +118,75 @@ json compact_task(const json& r) {
       out[k].push_back(ok ? json(sum / double(at[m].size())) : json(nullptr));
     }
   }
+  // The counts, where the report has them (every applicable cell does).
+  std::vector<double> depths;
+  for (const auto& c : r["cells"])
+    if (c.contains("depth") && c["depth"].is_number() && std::find(depths.begin(), depths.end(), c["depth"].get<double>()) == depths.end())
+      depths.push_back(c["depth"].get<double>());
+  auto counted = [](const json& c) { return c.value("applicable", false) && c.contains("solved") && c.contains("samples"); };
+  json solved = json::array(), scored = json::array(), solved_d = json::array(), scored_d = json::array();
+  for (double m : mult) {
+    long long k = 0, n = 0;
+    bool ok = true;
+    json sd = json::array(), nd = json::array();
+    for (const json* c : at[m]) {
+      if (!counted(*c)) { ok = false; break; }
+      k += (*c)["solved"].get<long long>();
+      n += (*c)["samples"].get<long long>();
+    }
+    for (double d : depths) {
+      const json* cell = nullptr;
+      for (const json* c : at[m])
+        if (c->contains("depth") && (*c)["depth"].get<double>() == d) cell = c;
+      sd.push_back(cell && counted(*cell) ? (*cell)["solved"] : json(nullptr));
+      nd.push_back(cell && counted(*cell) ? (*cell)["samples"] : json(nullptr));
+    }
+    solved.push_back(ok ? json(k) : json(nullptr));
+    scored.push_back(ok ? json(n) : json(nullptr));
+    solved_d.push_back(sd);
+    scored_d.push_back(nd);
+  }
+  out["solved"] = solved;
+  out["scored"] = scored;
+  if (!depths.empty()) {
+    out["depths"] = depths;
+    out["solved_by_depth"] = solved_d;
+    out["scored_by_depth"] = scored_d;
+  }
   return out;
+}
+
+void complete_from_run_files(json& run, const std::filesystem::path& dir) {
+  auto read = [](const std::filesystem::path& p) -> json {
+    if (!std::filesystem::exists(p)) return nullptr;
+    try {
+      std::ifstream f(p);
+      return json::parse(f);
+    } catch (const json::exception&) {
+      return nullptr;  // an unreadable report adds nothing (the run's own numbers stay)
+    }
+  };
+  if (run.contains("lengths") && run["lengths"].is_object() && !run["lengths"].contains("bucket_loss")) {
+    const json lj = read(dir / "lengths.json");
+    if (lj.is_object() && lj.contains("lengths")) {
+      const json c = compact_lengths(lj);
+      if (c.contains("bucket_loss") && c["multiple"] == run["lengths"]["multiple"]) {
+        run["lengths"]["bucket"] = c["bucket"];
+        run["lengths"]["bucket_loss"] = c["bucket_loss"];
+      }
+    }
+  }
+  if (run.contains("tasks") && run["tasks"].is_object())
+    for (auto it = run["tasks"].begin(); it != run["tasks"].end(); ++it) {
+      json& t = it.value();
+      if (!t.is_object() || t.contains("solved") || !t.contains("multiple")) continue;
+      const json tj = read(dir / ("task_" + it.key()) / "eval.json");
+      if (!tj.is_object() || !tj.contains("cells")) continue;
+      const json c = compact_task(tj);
+      if (c["multiple"] != t["multiple"]) continue;
+      for (const char* k : {"solved", "scored", "depths", "solved_by_depth", "scored_by_depth"})
+        if (c.contains(k)) t[k] = c[k];
+    }
 }
 
 }  // namespace attnlab::compare

@@ -1,6 +1,7 @@
 // The grid file of `attnlab compare` (docs/compare.md "The grid file"): the config's TOML subset
 // (parse_config_text) with the config's value parsers (model/config_values.h), so a grid and a
 // config accept the same values and fail with the same messages.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
 #include "experiment/compare/plan.h"
+#include "experiment/tasks.h"
 #include "model/config.h"
 #include "model/config_values.h"
 
@@ -53,6 +55,21 @@ GridComparison parse_comparison(const std::string& key, const std::string& text,
     if (!(c.effect > 0)) fail(where, ": ", key, ": \"", text, "\": the effect must be positive (a loss difference in nats per token)");
   }
   return c;
+}
+
+// [tasks.needle] depths: fractions in [0, 1], each once; at most kMaxNeedleDepths (the evaluation's
+// sample streams give each (length, depth) cell its own stream of samples up to that many depths).
+std::vector<double> parse_depths(const std::string& key, const Assignment& a) {
+  std::vector<double> depths;
+  for (const auto& text : parse_string_list(key, a.value, a.origin)) {
+    const double d = parse_float(key, text, a.origin, 0, 1);
+    if (std::find(depths.begin(), depths.end(), d) != depths.end()) fail(a.origin, ": ", key, " gives ", text, " twice");
+    depths.push_back(d);
+  }
+  if (depths.empty()) fail(a.origin, ": ", key, " is empty (leave it out for the default 0.1, 0.3, 0.5, 0.7, 0.9)");
+  if ((int)depths.size() > tasks::kMaxNeedleDepths)
+    fail(a.origin, ": ", key, " gives ", depths.size(), " depths; at most ", tasks::kMaxNeedleDepths);
+  return depths;
 }
 
 // Every name a variant, no variant with itself, no pair twice (in either order or direction).
@@ -112,6 +129,9 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
   bool baseline_given = false;
   std::string primary_where, budget_where, budget_factors_where;  // the lines of [primary] comparisons, [budget], budget.factors
   std::map<std::string, size_t> index, task_index;
+  // The keys only a language model uses, in file order with their lines: errors in a task-only grid.
+  std::vector<std::pair<std::string, std::string>> lm_keys;
+  std::string language_model_where;
   // A `set` list gives each configuration key once (a second value would silently win).
   auto sets_of = [](const std::string& k, const Assignment& a) {
     std::vector<std::string> sets = parse_string_list(k, a.value, a.origin);
@@ -125,7 +145,20 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
   };
   for (const auto& a : parse_config_text(text, origin, /*keys_once=*/true)) {
     const std::string& k = a.key;
-    if (k == "name") g.name = parse_quoted(k, a.value, a.origin);
+    for (const char* lm : {"steps", "ckpt_every", "analyze", "analyze_sequences", "lengths", "length_tokens"})
+      if (k == lm) lm_keys.push_back({k, a.origin});
+    for (const char* table : {"primary", "budget"}) {
+      std::string header = "[";  // built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&
+      header += table;
+      header += "]";
+      if (k.rfind(std::string(table) + ".", 0) == 0 &&
+          std::none_of(lm_keys.begin(), lm_keys.end(), [&](const auto& e) { return e.first == header; }))
+        lm_keys.push_back({header, a.origin});
+    }
+    if (k == "language_model") {
+      g.language_model = parse_bool(k, a.value, a.origin);
+      language_model_where = a.origin;
+    } else if (k == "name") g.name = parse_quoted(k, a.value, a.origin);
     else if (k == "preset") g.preset = parse_quoted(k, a.value, a.origin);
     else if (k == "set") g.sets = sets_of(k, a);
     else if (k == "baseline") { g.baseline = parse_quoted(k, a.value, a.origin); baseline_given = true; }
@@ -192,7 +225,20 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       else if (field == "steps") t.steps = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
       else if (field == "lengths") t.lengths = parse_quoted(k, a.value, a.origin);
       else if (field == "samples") t.samples = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
-      else fail(a.origin, ": unknown task key '", field, "' (known: set, steps, lengths, samples)");
+      else if (name == "mqar" && field == "keys") t.mqar_keys = (int)parse_int(k, a.value, a.origin, 2, tasks::kMqarMaxKeys);
+      else if (name == "mqar" && field == "kv_pairs") t.kv_pairs = (int)parse_int(k, a.value, a.origin, 1, tasks::kMqarMaxKeys);
+      else if (name == "mqar" && field == "queries") t.queries = (int)parse_int(k, a.value, a.origin, 1, tasks::kMqarMaxKeys);
+      else if (name == "needle" && field == "depths") t.depths = parse_depths(k, a);
+      else if (field == "keys" || field == "kv_pairs" || field == "queries" || field == "depths")
+        fail(a.origin, ": ", k, ": ", field, " is a key of [tasks.", field == "depths" ? "needle" : "mqar", "] only");
+      else
+        fail(a.origin, ": unknown task key '", field, "' (known: set, steps, lengths, samples; [tasks.mqar] also keys, kv_pairs, queries; "
+             "[tasks.needle] also depths)");
+      // The shape's own order, where both sides are given (the defaults are checked per cell, plan_runs).
+      if (t.mqar_keys > 0 && t.kv_pairs > t.mqar_keys)
+        fail(a.origin, ": ", k, ": kv_pairs = ", t.kv_pairs, " exceeds keys = ", t.mqar_keys, " (each pair has its own key)");
+      if (t.kv_pairs > 0 && t.queries > t.kv_pairs)
+        fail(a.origin, ": ", k, ": queries = ", t.queries, " exceeds kv_pairs = ", t.kv_pairs, " (each query asks one pair)");
       for (const auto& s : t.sets)
         if (s.rfind("model.vocab_size", 0) == 0) fail(a.origin, ": ", k, ": the task fixes model.vocab_size");
     } else if (k.rfind("variants.", 0) == 0 && k.size() > 13 && k.substr(k.size() - 4) == ".set") {
@@ -204,11 +250,19 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       g.variants.push_back({name, sets_of(k, a)});
     } else {
       fail(a.origin, ": unknown grid key '", k,
-           "' (known: name, preset, set, steps, seeds, baseline, ckpt_every, analyze, analyze_sequences, lengths, length_tokens, "
+           "' (known: name, preset, set, language_model, steps, seeds, baseline, ckpt_every, analyze, analyze_sequences, lengths, length_tokens, "
            "[variants.NAME] set, [tasks.NAME] set/steps/lengths/samples, [primary] comparisons/effect/alpha/power, [budget] variant/factors)");
     }
   }
   if (g.variants.empty()) fail(origin, ": no variants (add e.g. [variants.rope] set = [\"attn.pos=rope\"])");
+  if (!g.language_model) {  // checked before the keys' own cross-checks: they name what to remove
+    if (g.tasks.empty())
+      fail(language_model_where, ": language_model = false, but the grid has no [tasks.NAME] table: it would train nothing "
+           "(add e.g. [tasks.passkey] steps = 200, or leave language_model out)");
+    if (!lm_keys.empty())
+      fail(lm_keys[0].second, ": ", lm_keys[0].first, " is for the language model, which this grid does not train (language_model = false at ",
+           language_model_where, "); remove it (a task's own steps, lengths and samples go in its [tasks.NAME] table)");
+  }
   if (g.seeds.empty()) fail(origin, ": seeds is empty");
   if (std::set<uint64_t>(g.seeds.begin(), g.seeds.end()).size() != g.seeds.size()) fail(origin, ": seeds repeat a value");
   if (!baseline_given) g.baseline = g.variants[0].name;

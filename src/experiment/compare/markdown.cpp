@@ -77,13 +77,37 @@ void gains_section(std::ostringstream& o, const json& gains) {
   write_table(o, compare::gains_table(gains));
 }
 
-}  // namespace
+// docs/compare.md "Task accuracy": the pooled strict accuracy with its score intervals, and the needle by depth.
+void task_accuracy_section(std::ostringstream& o, const json& task) {
+  o << "\nStrict accuracy pooled over the seeds: k solved of n = samples × seeds, with the Wilson 95% score interval; "
+       "Δ vs baseline with Newcombe's hybrid score interval (method 10). Pooling treats each sample as an independent trial: the "
+       "interval is the evaluation's sampling error for these trained models, not the spread between seeds (mean ± sd above).\n\n";
+  write_table(o, compare::task_accuracy_table(task));
+  if (task.contains("depths")) {
+    o << "\n### NIAH by depth\n\nStrict accuracy per depth of the needle (pooled over seeds) with its Wilson 95% interval.\n\n";
+    write_table(o, compare::depth_accuracy_table(task));
+  }
+}
 
-std::string results_markdown(const json& results) {
-  std::ostringstream o;
+// docs/compare.md "Length difference-in-differences".
+void length_did_section(std::ostringstream& o, const json& did) {
+  o << "\n## Length difference-in-differences\n\n";
+  if (did.contains("note")) o << did["note"].get<std::string>() << ".\n\n";
+  const bool primary = did.value("comparisons_from", std::string()) == "primary";
+  o << "For each " << (primary ? "primary comparison A − B" : "variant A against the baseline B") << ", length L > 1× and position "
+    << "range (all positions, then each bucket of " << did.value("bucket", 0) << " positions), per seed "
+    << "DiD = (A − B at L, those positions) − (A − B at 1×, all positions); mean over seeds with its t-interval (n − 1 degrees "
+       "of freedom), the two-sided t-test p and the exact sign-flip p. A gap that is the same at every length (a level effect) "
+       "gives DiD ≈ 0. **Secondary tests**: these "
+    << did.value("tests", 0) << " tests (lengths × position ranges × comparisons) are not adjusted for multiple comparisons; "
+       "expect about 1 in 20 below 0.05 by chance.\n\n";
+  write_table(o, compare::length_did_table(did));
+}
+
+// The language model's table: final validation loss per variant, its tests against the baseline.
+void loss_section(std::ostringstream& o, const json& results) {
   const auto& g = results["grid"];
   char buf[512];
-  o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
   o << "Base: preset `" << g["preset"].get<std::string>() << "`";
   if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
   o << "; " << g["steps"].get<int>() << " steps × " << results["tokens_per_step"].get<long long>() << " tokens per step; seeds";
@@ -142,6 +166,33 @@ std::string results_markdown(const json& results) {
                   pd.c_str(), pci.c_str(), pp.c_str());
     o << buf;
   }
+}
+
+// A task-only grid (docs/compare.md "Task-only grids"): its settings; there is no loss table.
+void task_only_section(std::ostringstream& o, const json& results) {
+  const auto& g = results["grid"];
+  o << "Task-only grid (`language_model = false`): every cell trained and evaluated its task models only. Base: preset `"
+    << g["preset"].get<std::string>() << "`";
+  if (!g["sets"].empty()) o << ", `" << sets_text(g["sets"].get<std::vector<std::string>>()) << "`";
+  o << "; seeds";
+  for (const auto& s : g["seeds"]) o << " " << s.get<uint64_t>();
+  o << "; baseline `" << g["baseline"].get<std::string>() << "`; variants:\n\n";
+  for (const auto& v : g["variants"])
+    o << "- " << v["name"].get<std::string>() << ": `" << sets_text(v["sets"].get<std::vector<std::string>>()) << "`\n";
+  if (results.contains("partial"))
+    o << "\n**Partial**: " << results["partial"]["runs_done"].get<long long>() << " of "
+      << results["partial"]["runs_total"].get<long long>() << " runs finished (`attnlab compare --summarize`).\n";
+}
+
+}  // namespace
+
+std::string results_markdown(const json& results) {
+  std::ostringstream o;
+  const auto& g = results["grid"];
+  char buf[512];
+  o << "# attnlab compare: " << g["name"].get<std::string>() << "\n\n";
+  if (g.value("language_model", true)) loss_section(o, results);
+  else task_only_section(o, results);
   if (results.contains("primary_comparisons") && results["primary_comparisons"].is_object())
     primary_section(o, results["primary_comparisons"]);
   if (results.contains("compute_gains") && results["compute_gains"].is_object()) gains_section(o, results["compute_gains"]);
@@ -180,6 +231,7 @@ std::string results_markdown(const json& results) {
       o << row << "\n";
     }
   }
+  if (results.contains("length_did") && results["length_did"].is_object()) length_did_section(o, results["length_did"]);
   if (g.contains("tasks"))
     for (const auto& t : g["tasks"]) {
       const std::string name = t["name"];
@@ -207,9 +259,13 @@ std::string results_markdown(const json& results) {
                  cell(ts["answer_logprob"], i, "%.2f") + " |";
         o << row << "\n";
       }
+      if (results.contains("task_accuracy") && results["task_accuracy"].is_object())
+        for (const auto& ta : results["task_accuracy"]["tasks"])
+          if (ta["task"] == name) task_accuracy_section(o, ta);
     }
-  o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "
-       "of freedom, 4.3 at 2): treat the p-values as rough.\n";
+  if (g.value("language_model", true))
+    o << "\nWith few seeds per variant the Welch degrees of freedom are small and the interval is wide (t_0.975 = 12.7 at 1 degree "
+         "of freedom, 4.3 at 2): treat the p-values as rough.\n";
   return o.str();
 }
 

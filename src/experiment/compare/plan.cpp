@@ -58,6 +58,24 @@ void check_training_memory(const std::string& what, const Config& cfg) {
          GPT<float>::layout(cfg).total(), " parameters), more than this machine's ", memory / 1e9, " GB");
 }
 
+// MQAR's shape in this cell, its defaults resolved at the task model's seq_len, checked with the
+// grid's key names (Task::make names the CLI's options).
+void check_mqar_shape(const GridTask& t, const tasks::TaskParams& tp, int seq_len, const std::string& variant) {
+  const tasks::MqarShape m = tasks::mqar_shape(tp, seq_len);
+  const std::string where = "grid [tasks.mqar] (variant " + variant + ")";
+  auto given = [](int v, const char* fallback) { return v > 0 ? std::string() : std::string(" (the default, ") + fallback + ")"; };
+  if (m.kv_pairs > m.keys)
+    fail(where, ": kv_pairs = ", m.kv_pairs, given(t.kv_pairs, "min(keys, model.seq_len/8)"), " exceeds keys = ", m.keys,
+         given(t.mqar_keys, "64"), ": each pair needs its own key");
+  if (m.queries > m.kv_pairs)
+    fail(where, ": queries = ", m.queries, given(t.queries, "kv_pairs"), " exceeds kv_pairs = ", m.kv_pairs,
+         given(t.kv_pairs, "min(keys, model.seq_len/8)"), ": each query asks one pair");
+  if (2 * m.kv_pairs + 2 * m.queries > seq_len)
+    fail(where, ": ", m.kv_pairs, " pairs and ", m.queries, " queries take ", 2 * m.kv_pairs + 2 * m.queries,
+         " tokens, more than the task model's model.seq_len = ", seq_len, ": give fewer kv_pairs or queries, or a longer "
+         "model.seq_len in [tasks.mqar] set");
+}
+
 std::string quoted(const fs::path& p) {
   std::string q = "\"";  // built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&
   q += p.string();
@@ -83,7 +101,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       as.push_back({"train.time_limit", "0", "compare"});
       as.push_back({"train.out_dir", quoted(runs_dir / id), "compare"});
       Run run{&v, seed, id, resolve_config(as), {}};
-      check_training_memory("variant " + v.name, run.cfg);
+      if (grid.language_model) check_training_memory("variant " + v.name, run.cfg);  // a task-only grid trains no language model
       if (!grid.lengths.empty())  // a bad entry fails before any training
         check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len),
                                 LengthEvalOptions{}.batch_size);
@@ -97,6 +115,10 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
         const Config tprobe = resolve_config(ts);
         tasks::TaskParams tp;
         tp.name = t.name;
+        tp.mqar_keys = t.mqar_keys;
+        tp.kv_pairs = t.kv_pairs;
+        tp.queries = t.queries;
+        if (t.name == "mqar") check_mqar_shape(t, tp, tprobe.model.seq_len, v.name);
         auto gen = std::shared_ptr<const tasks::Task>(tasks::Task::make(tp, tprobe.model.seq_len));
         const fs::path tdir = runs_dir / id / ("task_" + t.name);
         ts.push_back({"model.vocab_size", std::to_string(gen->vocab_size()), "compare task"});
@@ -181,8 +203,15 @@ json primary_json(const Grid& grid) {
 
 json tasks_json(const Grid& grid) {
   json tasks = json::array();
-  for (const auto& t : grid.tasks)
-    tasks.push_back({{"name", t.name}, {"sets", t.sets}, {"steps", t.steps}, {"lengths", t.lengths}, {"samples", t.samples}});
+  for (const auto& t : grid.tasks) {
+    json j{{"name", t.name}, {"sets", t.sets}, {"steps", t.steps}, {"lengths", t.lengths}, {"samples", t.samples}};
+    // Only where the grid gives them: the records of earlier grids stay equal (resume compares them).
+    if (t.mqar_keys > 0) j["keys"] = t.mqar_keys;
+    if (t.kv_pairs > 0) j["kv_pairs"] = t.kv_pairs;
+    if (t.queries > 0) j["queries"] = t.queries;
+    if (!t.depths.empty()) j["depths"] = t.depths;
+    tasks.push_back(j);
+  }
   return tasks;
 }
 
@@ -192,8 +221,11 @@ json evaluations_json(const Grid& grid, const Run& run) {
 }
 
 json evaluations_json(const Grid& grid) {
-  return {{"analyze", grid.analyze}, {"analyze_sequences", grid.analyze ? grid.analyze_sequences : 0},
-          {"lengths", grid.lengths}, {"length_tokens", grid.lengths.empty() ? 0 : grid.length_tokens}, {"tasks", tasks_json(grid)}};
+  json e{{"analyze", grid.analyze}, {"analyze_sequences", grid.analyze ? grid.analyze_sequences : 0},
+         {"lengths", grid.lengths}, {"length_tokens", grid.lengths.empty() ? 0 : grid.length_tokens}, {"tasks", tasks_json(grid)}};
+  // Only in a task-only grid: the runs of other grids keep the record they were made with.
+  if (!grid.language_model) e["language_model"] = false;
+  return e;
 }
 
 }  // namespace attnlab::compare

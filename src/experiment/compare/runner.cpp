@@ -100,7 +100,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   std::vector<Run> runs = plan_runs(grid, runs_dir);
   const size_t tokens_per_step = (size_t)runs[0].cfg.train.batch_size * runs[0].cfg.model.seq_len * runs[0].cfg.train.grad_accum;
   for (const auto& r : runs) {
-    if (r.budget_factor > 0) continue;  // a [budget] run trains other tokens by design
+    if (r.budget_factor > 0 || !grid.language_model) continue;  // a [budget] run trains other tokens by design
     const size_t t = (size_t)r.cfg.train.batch_size * r.cfg.model.seq_len * r.cfg.train.grad_accum;
     if (t != tokens_per_step || r.cfg.train.steps != runs[0].cfg.train.steps)
       std::printf("compare: warning: %s trains %zu tokens, %s %zu: not equal tokens\n", r.id.c_str(), t * r.cfg.train.steps,
@@ -118,7 +118,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     if (it == data_by_files.end()) it = data_by_files.emplace(key, data_identity(c)).first;
     return it->second;
   };
-  {
+  if (grid.language_model) {  // a task-only grid generates its data
     std::string mixed;
     for (const auto& r : runs)
       for (const char* record : {"result.json", "provenance.json"}) {
@@ -148,15 +148,18 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   std::map<std::string, std::pair<double, int64_t>> measured;
   for (const auto& r : runs) {
     if (fs::exists(runs_dir / r.id / "result.json")) continue;
-    steps_left[""] += r.cfg.train.steps;
+    if (grid.language_model) steps_left[""] += r.cfg.train.steps;
     for (const auto& t : r.tasks) steps_left[t.task->name] += t.cfg.train.steps;
   }
   auto grid_eta = [&]() {
-    const double lm = sec_per_step.count("") ? sec_per_step[""] : NAN;
-    double s = steps_left[""] * lm;
+    // Seconds per token trained: the language model's, or in a task-only grid a measured task's.
+    double per_token = sec_per_step.count("") ? sec_per_step[""] / tokens_of(runs[0].cfg) : NAN;
+    for (const auto& t : runs[0].tasks)
+      if (!std::isfinite(per_token) && sec_per_step.count(t.task->name)) per_token = sec_per_step[t.task->name] / tokens_of(t.cfg);
+    double s = steps_left[""] > 0 ? steps_left[""] * per_token * tokens_of(runs[0].cfg) : 0.0;
     for (const auto& t : runs[0].tasks) {
       const std::string& n = t.task->name;
-      const double rate = sec_per_step.count(n) ? sec_per_step[n] : lm * tokens_of(t.cfg) / tokens_of(runs[0].cfg);
+      const double rate = sec_per_step.count(n) ? sec_per_step[n] : per_token * tokens_of(t.cfg);
       s += steps_left[n] * rate;
     }
     return s;
@@ -191,32 +194,10 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     const Config& cfg = run.cfg;
     const int steps = cfg.train.steps;
     fs::create_directories(dir);
-    if (!fs::exists(dir / "provenance.json"))
-      write_file_atomic((dir / "provenance.json").string(), json{{"data", data_of(cfg)}, {"machine", machine_record()}}.dump(1) + "\n");
-    const std::string progress_path = (dir / "progress.json").string();
-
-    // The curve of a run stopped mid-way, up to its latest checkpoint.
-    json progress{{"train", json::array()}, {"val", json::array()}};
-    {
-      int64_t ck_step = -1;
-      const std::string ck = latest_checkpoint(dir, &ck_step);
-      if (!ck.empty() && ck_step >= 0) {
-        if (!opts.resume) fail("compare: ", dir.string(), " holds checkpoints: pass --resume");
-        if (fs::exists(progress_path)) {
-          const json old = json::parse(read_text(progress_path));
-          for (const auto& e : old["train"]) if (e[0].get<int64_t>() <= ck_step) progress["train"].push_back(e);
-          for (const auto& e : old["val"]) if (e[0].get<int64_t>() <= ck_step) progress["val"].push_back(e);
-        }
-        if ((int64_t)progress["train"].size() != ck_step)
-          fail("compare: ", progress_path, " has ", progress["train"].size(), " steps of curve, the checkpoint ", ck, " is at step ",
-               ck_step, " (delete ", dir.string(), " to retrain this run)");
-        steps_left[""] -= ck_step;
-        if (!opts.quiet)
-          std::printf("[run %zu/%zu] %s: %s %s (step %lld)\n", i + 1, N, run.id.c_str(), ck_step >= steps ? "trained already:" : "resuming from",
-                      ck.c_str(), (long long)ck_step);
-      }
+    if (!fs::exists(dir / "provenance.json")) {
+      const json data = grid.language_model ? data_of(cfg) : json(nullptr);  // a task-only grid reads no shard
+      write_file_atomic((dir / "provenance.json").string(), json{{"data", data}, {"machine", machine_record()}}.dump(1) + "\n");
     }
-
     // One progress callback for the language model and the tasks: `what` is "" or the task name.
     Timer print_timer;
     bool printed = false;
@@ -237,102 +218,135 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
         std::fflush(stdout);
       }
     };
-
-    TrainOptions to;
-    to.quiet = true;
-    if (opts.stop_after_steps >= 0) to.stop_after = opts.stop_after_steps;
-    const double tokens_per_step_run = tokens_of(cfg);
-    const int ckpt_every = cfg.train.ckpt_every;
-    to.on_step = [&](int64_t step, double loss, double tps) {
-      // The trainer wrote step_(step−1) after the previous step: the older ones are not needed.
-      if (ckpt_every > 0 && step > 1 && (step - 1) % ckpt_every == 0) prune_step_checkpoints(dir, step - 1);
-      progress["train"].push_back(json::array({step, num_or_null(loss), tps}));
-      write_file_atomic(progress_path, progress.dump());
-      progress_line("", step, steps, loss, tps, tokens_per_step_run);
-    };
-    to.on_eval = [&](int64_t step, double vl, size_t) {
-      if (step % std::max(1, cfg.train.eval_every) != 0 && step != steps) return;  // an interruption's extra evaluation
-      auto& val = progress["val"];
-      if (!val.empty() && val.back()[0].get<int64_t>() == step) val.erase(val.size() - 1);
-      val.push_back(json::array({step, num_or_null(vl)}));
-    };
-    if (!opts.quiet) {
-      std::printf("[run %zu/%zu] %s: %s\n", i + 1, N, run.id.c_str(), sets_text(run.v->sets).c_str());
-      std::fflush(stdout);
-    }
-    bool interrupted = false;
-    const int64_t reached = train_in(cfg, dir, to, nullptr, opts.resume, &interrupted);
-    write_file_atomic(progress_path, progress.dump());
-    if (tty && !opts.quiet && printed) std::printf("\n");
-    if (reached < steps) {
-      std::printf("compare: %s stopped at step %lld of %d%s; continue with `attnlab compare GRID --out %s --resume`\n", run.id.c_str(),
-                  (long long)reached, steps, interrupted ? " (interrupted)" : "", opts.out.c_str());
-      return false;
-    }
-
-    // The final model on the whole validation shard, and the diagnostics.
-    const std::string model_path = (dir / "model.safetensors").string();
-    auto load_model = [&]() {
-      auto m = std::make_unique<GPT<float>>(cfg);
-      load_checkpoint(model_path, *m, nullptr, nullptr);
-      return m;
-    };
     auto status = [&](const std::string& what) {
       if (opts.quiet) return;
       std::printf("[run %zu/%zu] %s: %s\n", i + 1, N, run.id.c_str(), what.c_str());
       std::fflush(stdout);
     };
-    Shard val = Shard::open(cfg.data.val);
-    status("validation loss on the whole validation shard");
-    auto model = load_model();
-    model->plan(cfg.train.batch_size, cfg.model.seq_len);
-    const EvalResult ev = evaluate(*model, val, 0);
-    const size_t n_params = model->num_params();
-    model.reset();
-    json result{{"variant", run.v->name}, {"seed", run.seed}, {"id", run.id}, {"sets", run.v->sets},
-                {"steps", steps}, {"tokens", (long long)(tokens_per_step_run * steps)}, {"params", n_params},
-                {"val_loss", num_or_null(ev.mean())}, {"val_tokens", ev.count}};
-    if (run.budget_factor > 0) result["budget_factor"] = run.budget_factor;  // summaries keep it out of the variant's statistics
-    double secs = 0;
-    json train_curve = json::array();
-    for (const auto& e : progress["train"]) {
-      secs += tokens_per_step_run / e[2].get<double>();
-      train_curve.push_back(json::array({e[0], e[1]}));
-    }
-    result["train_seconds"] = secs;
-    result["tokens_per_s"] = secs > 0 ? tokens_per_step_run * steps / secs : 0.0;
-    result["curve"] = {{"train", train_curve}, {"val", progress["val"]}};
-    result["config"] = run_config_json(cfg);
-    result["data"] = data_of(cfg);
-    result["machine"] = machine_record();
-    result["evals"] = grid_evals;
-    result["analysis"] = nullptr;
-    if (grid.analyze && run.budget_factor == 0) {
-      status("analyze (" + std::to_string(grid.analyze_sequences) + " sequences)");
-      auto am = load_model();
-      const int T = cfg.model.seq_len;
-      const auto seqs = draw_windows(val.tokens(), val.size(), grid.analyze_sequences, T + 1, 0);
-      const auto corrupt = residual_patchable_streams(cfg) > 0
-                               ? draw_windows(val.tokens(), val.size(), grid.analyze_sequences, T + 1, 1) : std::vector<int32_t>{};
-      AnalyzeOptions ao;
-      ao.bootstrap = 200;
-      ao.rescue_by_depth = false;
-      json a = analyze(*am, seqs, corrupt, grid.analyze_sequences, T, ao);
-      a["checkpoint"] = model_path;
-      a["data"] = cfg.data.val;
-      write_file_atomic((dir / "analysis.json").string(), a.dump(1) + "\n");
-      result["analysis"] = compact_analysis(a);
-    }
-    result["lengths"] = nullptr;
-    if (!grid.lengths.empty() && run.budget_factor == 0) {
-      status("validation loss at lengths " + grid.lengths + " × T_train (" + std::to_string(grid.length_tokens) + " tokens each)");
-      LengthEvalOptions lo;
-      lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len);
-      lo.token_budget = (size_t)grid.length_tokens;
-      const LengthEvalReport rep = evaluate_lengths([&] { return load_model(); }, val, lo);
-      json lj = length_report_json(rep);
-      write_file_atomic((dir / "lengths.json").string(), lj.dump(1) + "\n");
-      result["lengths"] = compact_lengths(lj);
+    bool interrupted = false;
+    json result;
+    if (grid.language_model) {
+      const std::string progress_path = (dir / "progress.json").string();
+
+      // The curve of a run stopped mid-way, up to its latest checkpoint.
+      json progress{{"train", json::array()}, {"val", json::array()}};
+      {
+        int64_t ck_step = -1;
+        const std::string ck = latest_checkpoint(dir, &ck_step);
+        if (!ck.empty() && ck_step >= 0) {
+          if (!opts.resume) fail("compare: ", dir.string(), " holds checkpoints: pass --resume");
+          if (fs::exists(progress_path)) {
+            const json old = json::parse(read_text(progress_path));
+            for (const auto& e : old["train"]) if (e[0].get<int64_t>() <= ck_step) progress["train"].push_back(e);
+            for (const auto& e : old["val"]) if (e[0].get<int64_t>() <= ck_step) progress["val"].push_back(e);
+          }
+          if ((int64_t)progress["train"].size() != ck_step)
+            fail("compare: ", progress_path, " has ", progress["train"].size(), " steps of curve, the checkpoint ", ck, " is at step ",
+                 ck_step, " (delete ", dir.string(), " to retrain this run)");
+          steps_left[""] -= ck_step;
+          if (!opts.quiet)
+            std::printf("[run %zu/%zu] %s: %s %s (step %lld)\n", i + 1, N, run.id.c_str(), ck_step >= steps ? "trained already:" : "resuming from",
+                        ck.c_str(), (long long)ck_step);
+        }
+      }
+
+      TrainOptions to;
+      to.quiet = true;
+      if (opts.stop_after_steps >= 0) to.stop_after = opts.stop_after_steps;
+      const double tokens_per_step_run = tokens_of(cfg);
+      const int ckpt_every = cfg.train.ckpt_every;
+      to.on_step = [&](int64_t step, double loss, double tps) {
+        // The trainer wrote step_(step−1) after the previous step: the older ones are not needed.
+        if (ckpt_every > 0 && step > 1 && (step - 1) % ckpt_every == 0) prune_step_checkpoints(dir, step - 1);
+        progress["train"].push_back(json::array({step, num_or_null(loss), tps}));
+        write_file_atomic(progress_path, progress.dump());
+        progress_line("", step, steps, loss, tps, tokens_per_step_run);
+      };
+      to.on_eval = [&](int64_t step, double vl, size_t) {
+        if (step % std::max(1, cfg.train.eval_every) != 0 && step != steps) return;  // an interruption's extra evaluation
+        auto& val = progress["val"];
+        if (!val.empty() && val.back()[0].get<int64_t>() == step) val.erase(val.size() - 1);
+        val.push_back(json::array({step, num_or_null(vl)}));
+      };
+      if (!opts.quiet) {
+        std::printf("[run %zu/%zu] %s: %s\n", i + 1, N, run.id.c_str(), sets_text(run.v->sets).c_str());
+        std::fflush(stdout);
+      }
+      const int64_t reached = train_in(cfg, dir, to, nullptr, opts.resume, &interrupted);
+      write_file_atomic(progress_path, progress.dump());
+      if (tty && !opts.quiet && printed) std::printf("\n");
+      if (reached < steps) {
+        std::printf("compare: %s stopped at step %lld of %d%s; continue with `attnlab compare GRID --out %s --resume`\n", run.id.c_str(),
+                    (long long)reached, steps, interrupted ? " (interrupted)" : "", opts.out.c_str());
+        return false;
+      }
+
+      // The final model on the whole validation shard, and the diagnostics.
+      const std::string model_path = (dir / "model.safetensors").string();
+      auto load_model = [&]() {
+        auto m = std::make_unique<GPT<float>>(cfg);
+        load_checkpoint(model_path, *m, nullptr, nullptr);
+        return m;
+      };
+      Shard val = Shard::open(cfg.data.val);
+      status("validation loss on the whole validation shard");
+      auto model = load_model();
+      model->plan(cfg.train.batch_size, cfg.model.seq_len);
+      const EvalResult ev = evaluate(*model, val, 0);
+      const size_t n_params = model->num_params();
+      model.reset();
+      result = json{{"variant", run.v->name}, {"seed", run.seed}, {"id", run.id}, {"sets", run.v->sets},
+                    {"steps", steps}, {"tokens", (long long)(tokens_per_step_run * steps)}, {"params", n_params},
+                    {"val_loss", num_or_null(ev.mean())}, {"val_tokens", ev.count}};
+      if (run.budget_factor > 0) result["budget_factor"] = run.budget_factor;  // summaries keep it out of the variant's statistics
+      double secs = 0;
+      json train_curve = json::array();
+      for (const auto& e : progress["train"]) {
+        secs += tokens_per_step_run / e[2].get<double>();
+        train_curve.push_back(json::array({e[0], e[1]}));
+      }
+      result["train_seconds"] = secs;
+      result["tokens_per_s"] = secs > 0 ? tokens_per_step_run * steps / secs : 0.0;
+      result["curve"] = {{"train", train_curve}, {"val", progress["val"]}};
+      result["config"] = run_config_json(cfg);
+      result["data"] = data_of(cfg);
+      result["machine"] = machine_record();
+      result["evals"] = grid_evals;
+      result["analysis"] = nullptr;
+      if (grid.analyze && run.budget_factor == 0) {
+        status("analyze (" + std::to_string(grid.analyze_sequences) + " sequences)");
+        auto am = load_model();
+        const int T = cfg.model.seq_len;
+        const auto seqs = draw_windows(val.tokens(), val.size(), grid.analyze_sequences, T + 1, 0);
+        const auto corrupt = residual_patchable_streams(cfg) > 0
+                                   ? draw_windows(val.tokens(), val.size(), grid.analyze_sequences, T + 1, 1) : std::vector<int32_t>{};
+        AnalyzeOptions ao;
+        ao.bootstrap = 200;
+        ao.rescue_by_depth = false;
+        json a = analyze(*am, seqs, corrupt, grid.analyze_sequences, T, ao);
+        a["checkpoint"] = model_path;
+        a["data"] = cfg.data.val;
+        write_file_atomic((dir / "analysis.json").string(), a.dump(1) + "\n");
+        result["analysis"] = compact_analysis(a);
+      }
+      result["lengths"] = nullptr;
+      if (!grid.lengths.empty() && run.budget_factor == 0) {
+        status("validation loss at lengths " + grid.lengths + " × T_train (" + std::to_string(grid.length_tokens) + " tokens each)");
+        LengthEvalOptions lo;
+        lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len);
+        lo.token_budget = (size_t)grid.length_tokens;
+        const LengthEvalReport rep = evaluate_lengths([&] { return load_model(); }, val, lo);
+        json lj = length_report_json(rep);
+        write_file_atomic((dir / "lengths.json").string(), lj.dump(1) + "\n");
+        result["lengths"] = compact_lengths(lj);
+      }
+    } else {
+      // A task-only grid (docs/compare.md "Task-only grids"): the keys of a run, without a language model.
+      result = json{{"variant", run.v->name}, {"seed", run.seed}, {"id", run.id}, {"sets", run.v->sets}, {"language_model", false},
+                    {"steps", 0}, {"tokens", 0}, {"params", nullptr}, {"val_loss", nullptr}, {"val_tokens", 0}, {"train_seconds", 0},
+                    {"tokens_per_s", nullptr}, {"curve", {{"train", json::array()}, {"val", json::array()}}},
+                    {"config", run_config_json(cfg)}, {"data", nullptr}, {"machine", machine_record()}, {"evals", grid_evals},
+                    {"analysis", nullptr}, {"lengths", nullptr}};
     }
     result["tasks"] = json::object();
     for (const TaskRun& t : run.tasks) {
@@ -362,6 +376,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       tasks::TaskEvalOptions eo;
       eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len);
       eo.samples = t.task->samples;
+      eo.depths = t.task->depths;  // empty: the task's own
       eo.seed = 1;
       const auto rep = tasks::evaluate_task(
           *t.gen,
@@ -391,15 +406,19 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     write_file_atomic(result_path, result.dump(1) + "\n");
     prune_step_checkpoints(dir, -1);  // model.safetensors stays
     ++finished_here;
-    if (!opts.quiet) {
-      std::printf("[run %zu/%zu] %s: done, val loss %.4f (whole shard, %zu tokens), %.0f tok/s, %zu parameters\n", i + 1, N, run.id.c_str(),
-                  ev.mean(), ev.count, result["tokens_per_s"].get<double>(), n_params);
+    if (!opts.quiet && grid.language_model) {
+      std::printf("[run %zu/%zu] %s: done, val loss %.4f (whole shard, %lld tokens), %.0f tok/s, %lld parameters\n", i + 1, N, run.id.c_str(),
+                  result["val_loss"].is_number() ? result["val_loss"].get<double>() : NAN, result["val_tokens"].get<long long>(),
+                  result["tokens_per_s"].get<double>(), result["params"].get<long long>());
       std::fflush(stdout);
+    } else if (!opts.quiet) {
+      status("done (tasks only)");
     }
   }
 
   // Every run is done: the grid's documents.
-  json grid_j{{"name", grid.name}, {"preset", grid.preset}, {"sets", grid.sets}, {"steps", runs[0].cfg.train.steps},
+  const int lm_steps = grid.language_model ? runs[0].cfg.train.steps : 0;
+  json grid_j{{"name", grid.name}, {"preset", grid.preset}, {"sets", grid.sets}, {"steps", lm_steps}, {"language_model", grid.language_model},
               {"seeds", grid.seeds}, {"baseline", grid.baseline}, {"analyze", grid.analyze},
               {"lengths", grid.lengths.empty() ? json(nullptr) : json(grid.lengths)}, {"length_tokens", grid.length_tokens}};
   grid_j["tasks"] = tasks_json(grid);
@@ -410,7 +429,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   for (const auto& v : grid.variants) variants.push_back({{"name", v.name}, {"sets", v.sets}});
   grid_j["variants"] = variants;
   json results{{"schema", kCompareSchema}, {"version", kCompareVersion}, {"attnlab_version", version()}, {"grid", grid_j},
-               {"tokens_per_step", tokens_per_step}, {"tokens_per_run", (long long)tokens_per_step * runs[0].cfg.train.steps}};
+               {"tokens_per_step", grid.language_model ? tokens_per_step : 0}, {"tokens_per_run", (long long)tokens_per_step * lm_steps}};
   json all = json::array();
   long long val_tokens = 0;
   size_t done = 0;
@@ -422,6 +441,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   for (const auto& r : runs) {
     if (!fs::exists(runs_dir / r.id / "result.json")) continue;  // --summarize of an unfinished grid
     json one = json::parse(read_text((runs_dir / r.id / "result.json").string()));
+    complete_from_run_files(one, runs_dir / r.id);
     val_tokens = one["val_tokens"].get<long long>();
     all.push_back(one);
   }
@@ -446,7 +466,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   if (opts.report) write_file_atomic((out / "report.html").string(), render_report_html(results));
   if (!opts.quiet) {
     std::printf("\n%s", results_markdown(results).c_str());
-    if (grid.primary.empty())
+    if (grid.primary.empty() && grid.language_model)
       std::printf("\nhint: the grid names no primary comparisons; a [primary] table (comparisons = [\"A < B\", ...]) adds their "
                   "Holm-adjusted tests, the exact sign-flip p and the seeds needed for 80%% power (docs/compare.md)\n");
     std::printf("\nwrote %s, %s%s\n", (out / "results.json").string().c_str(), (out / "results.md").string().c_str(),

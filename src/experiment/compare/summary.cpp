@@ -1,8 +1,9 @@
 // The per-variant statistics of a results document (docs/compare.md "results.json": "summary"):
 // mean ± sd over seeds, Welch's t-test and the paired-by-seed t-test against the baseline
 // (experiment/stats.h), and the bands of the length sweep and the tasks; then the primary
-// comparisons and the gains in compute where the grid has them (compare/inference.h). The runs of a
-// [budget] sweep are kept out of their variant's statistics.
+// comparisons, the gains in compute, the tasks' pooled accuracies and the length sweep's
+// difference-in-differences where the grid has them (compare/inference.h). The runs of a [budget]
+// sweep are kept out of their variant's statistics.
 #include <map>
 #include <string>
 #include <vector>
@@ -117,8 +118,12 @@ void summarize_results(json& results) {
   // Only where the grid has [primary] / [budget]: other documents keep their keys.
   results.erase("primary_comparisons");
   results.erase("compute_gains");
+  results.erase("task_accuracy");
+  results.erase("length_did");
   if (json p = compare::primary_comparisons(results); !p.is_null()) results["primary_comparisons"] = p;
   if (json gains = compare::compute_gains(results); !gains.is_null()) results["compute_gains"] = gains;
+  if (json tasks = compare::task_accuracy(results); !tasks.is_null()) results["task_accuracy"] = tasks;
+  if (json did = compare::length_did(results); !did.is_null()) results["length_did"] = did;
 }
 
 }  // namespace attnlab
