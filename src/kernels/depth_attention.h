@@ -60,8 +60,14 @@ void row_dots(Real* out, const Real* a, const Real* const* rows, size_t off, int
 // Row i of the forward's weights: a (R) = softmax_r(w·K_r[i]·(1/ρ_r[i])), max-subtracted, no
 // temperature (§4.1); the logits s_r too when `logits` is given (DAR keeps them for its key path).
 // keys: R pointers to (N,C); key_inv_rms: R pointers to (N); w (C).
+// noipa (not inlined, not cloned for constant arguments): one compiled body serves the whole-matrix
+// forward and every row-form caller, so they agree bit for bit whatever the caller knows. Specialised
+// where R is a constant, the compiler unrolls the loops, keeps a[r] in registers and may contract
+// a[r]·(1/ρ_r) − max into one FMA (one rounding fewer): that happened on an Intel Xeon (Sapphire
+// Rapids, g++ 12, -march=native; noinline alone still let it clone the function for R = 6), not on
+// AMD Zen 5.
 template <class Real>
-inline void depth_softmax_row(Real* a, Real* logits, const Real* const* keys, const Real* const* key_inv_rms, const Real* w,
+[[gnu::noipa]] void depth_softmax_row(Real* a, Real* logits, const Real* const* keys, const Real* const* key_inv_rms, const Real* w,
                               size_t i, int R, int C) {
   Real mx = -INFINITY;
   depth_detail::row_dots(a, w, keys, i * C, R, C);
