@@ -51,6 +51,10 @@ sed 's/^queries = 2/queries = 5/' "$G" >"$WORK/queries.toml"
 expect_error "queries beyond kv_pairs are refused, naming both keys" "tasks.mqar.queries: queries = 5 exceeds kv_pairs = 4" \
   "$BIN" compare "$WORK/queries.toml" --out "$WORK/bad"
 check "nothing was written for the refused grids" '[ ! -e "$WORK/bad" ]'
+# A task's set is checked against the task's steps, not the preset's (tiny: 20): warmup 25 of 30 steps.
+printf 'language_model = false\npreset = "tiny"\n[variants.rope]\nset = []\n[tasks.passkey]\nset = ["model.seq_len=72", "train.warmup=25"]\nsteps = 30\nlengths = "1"\nsamples = 2\n' >"$WORK/warmup.toml"
+"$BIN" compare "$WORK/warmup.toml" --out "$WORK/warmup" --stop-after-steps 1 --quiet >"$WORK/warmup.log" 2>&1
+check "a task's train.warmup is checked against the task's steps (exit 3 after one step)" '[ $? = 3 ] || { cat "$WORK/warmup.log"; false; }'
 
 "$BIN" compare "$G" --out "$O" --stop-after-runs 1 >"$WORK/a.log" 2>&1
 check "stop after the first run (exit 3)" '[ $? = 3 ] && [ -s "$O/runs/rope_s1/result.json" ] && [ ! -e "$O/runs/alibi_s1" ]'

@@ -107,6 +107,9 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
                                 LengthEvalOptions{}.batch_size);
       for (const auto& t : grid.tasks) {
         std::vector<Assignment> ts = run_assignments(grid, v);
+        // The task's steps before its sets, so that a set checked against train.steps (train.warmup)
+        // meets the task's steps rather than the preset's; given again below, where it wins.
+        ts.push_back({"train.steps", std::to_string(t.steps), "compare task"});
         for (const auto& s : t.sets) {
           Assignment a = parse_override(s);
           a.origin = "task " + t.name + ": " + s;
