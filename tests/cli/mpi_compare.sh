@@ -8,7 +8,8 @@
 # the four results.json must be equal once the fields that legitimately differ are removed (listed
 # in `strip` below: wall-clock times and speeds). Plus the output rules (rank 0 alone prints the
 # tables, other ranks one line per cell), --cell/--merge errors, and a --cell 1/2 whose assignment
-# follows the plan's order. Skipped (exit 77) when mpirun is missing or attnlab was built without MPI.
+# follows the plan's order, and (e) three cells, one with another thread count, merged: the summary
+# warns that one variant's runs come from different machines. Skipped (exit 77) when mpirun is missing or attnlab was built without MPI.
 # Usage: mpi_compare.sh ATTNLAB_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh"
 
@@ -112,9 +113,20 @@ check "(d) --resume finishes the grid" '[ $? = 0 ] && [ -s "$WORK/d/results.json
 strip "$WORK/d/results.json" >"$WORK/d.json"
 check "(d) results.json equals the one-process one" 'diff "$WORK/a.json" "$WORK/d.json" >"$WORK/d.diff"'
 
+# (e) cells on different machines: the merged summary names the variant whose runs differ. With
+# --cell I/3 the plan's runs rope_s1 xsa_s1 rope_s2 xsa_s2 go to cells 0 1 2 0; cell 2 (rope_s2)
+# runs with two threads, which the machine record counts as another machine (other rounding).
+"$BIN" compare "$G" --out "$WORK/e" --cell 0/3 --quiet >/dev/null 2>&1 &&
+  "$BIN" compare "$G" --out "$WORK/e" --cell 1/3 --quiet >/dev/null 2>&1 &&
+  OMP_NUM_THREADS=2 "$BIN" compare "$G" --out "$WORK/e" --cell 2/3 --quiet >/dev/null 2>&1 &&
+  "$BIN" compare "$G" --out "$WORK/e" --merge --quiet >"$WORK/e.log" 2>&1
+check "(e) three cells and --merge" '[ $? = 0 ] && [ -s "$WORK/e/results.json" ]'
+check "(e) the merged summary warns that rope's runs come from two machines, not xsa's" \
+  'grep -q "the runs of variant rope were computed on 2 different machines" "$WORK/e.log" && ! grep -q "variant xsa were" "$WORK/e.log"'
+
 # Bad input
-expect_error "--cell out of range" "the cell index must be 0 .. 1" "$BIN" compare "$G" --out "$WORK/e" --cell 2/2
-expect_error "--cell not I/N" "--cell" "$BIN" compare "$G" --out "$WORK/e" --cell 2
+expect_error "--cell out of range" "the cell index must be 0 .. 1" "$BIN" compare "$G" --out "$WORK/x" --cell 2/2
+expect_error "--cell not I/N" "--cell" "$BIN" compare "$G" --out "$WORK/x" --cell 2
 expect_error "--cell with --merge" "--cell trains its cells" "$BIN" compare "$G" --out "$WORK/c" --cell 0/2 --merge
 expect_error "--cell into a cell that exists, without --resume" "exists already" "$BIN" compare "$G" --out "$WORK/c" --cell 0/2
 err=$("${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/f" --cell 0/2 2>&1 >/dev/null)
