@@ -124,7 +124,15 @@ check "(e) three cells and --merge" '[ $? = 0 ] && [ -s "$WORK/e/results.json" ]
 check "(e) the merged summary warns that rope's runs come from two machines, not xsa's" \
   'grep -q "the runs of variant rope were computed on 2 different machines" "$WORK/e.log" && ! grep -q "variant xsa were" "$WORK/e.log"'
 
-# Bad input
+# Bad input. A grid whose one variant is bad fails on every entry point before anything trains,
+# even in a cell that would not run that variant (--cell 1/2 runs the xsa runs only).
+sed 's/^set = \["attn.pos=rope"\]$/set = ["attn.pos=rope", "attn.bogus=1"]/' "$G" >"$WORK/bad.toml"
+check "the bad grid differs from the good one" '! cmp -s "$G" "$WORK/bad.toml"'
+expect_error "--cell: the whole grid is checked first" "attn.bogus" "$BIN" compare "$WORK/bad.toml" --out "$WORK/bad1" --cell 1/2
+check "--cell: nothing trained" '[ -z "$(ls -A "$WORK/bad1/runs" 2>/dev/null)" ]'
+err=$("${MPIRUN[@]}" -np 2 "$BIN" compare "$WORK/bad.toml" --out "$WORK/bad2" 2>&1 >/dev/null)
+check "mpirun: a bad grid stops the job before any training, reported once" \
+  '[ "$(grep -c "attn.bogus" <<<"$err")" = 1 ] && [ -z "$(ls -A "$WORK/bad2/runs" 2>/dev/null)" ]'
 expect_error "--cell out of range" "the cell index must be 0 .. 1" "$BIN" compare "$G" --out "$WORK/x" --cell 2/2
 expect_error "--cell not I/N" "--cell" "$BIN" compare "$G" --out "$WORK/x" --cell 2
 expect_error "--cell with --merge" "--cell trains its cells" "$BIN" compare "$G" --out "$WORK/c" --cell 0/2 --merge
