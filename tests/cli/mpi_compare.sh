@@ -34,9 +34,9 @@ check prepare '[ -s "$WORK/data/val.bin" ]'
 cat >"$WORK/grid.toml" <<TOML
 name = "mpi"
 preset = "tiny"
-set = ["data.dir=$WORK/data", "model.vocab_size=400", "train.eval_every=4", "train.batch_size=2"]
-steps = 12
-ckpt_every = 4
+set = ["data.dir=$WORK/data", "model.vocab_size=400", "train.eval_every=16", "train.batch_size=2"]
+steps = 32
+ckpt_every = 8
 seeds = [1, 2]
 baseline = "rope"
 
@@ -76,7 +76,7 @@ strip "$WORK/b/results.json" >"$WORK/b.json"
 check "(b) results.json equals the one-process one" 'diff "$WORK/a.json" "$WORK/b.json" >"$WORK/b.diff"'
 check "(b) both ranks trained cells" 'grep -q "done on rank 0" "$WORK/b.log" && grep -q "done on rank 1" "$WORK/b.log"'
 check "(b) one line per run, the tables once" '[ "$(grep -c ": done on rank" "$WORK/b.log")" = 4 ] && [ "$(grep -c "^# attnlab compare: mpi" "$WORK/b.log")" = 1 ]'
-check "(b) no progress lines" '! grep -q "step [0-9]*/12" "$WORK/b.log"'
+check "(b) no progress lines" '! grep -q "step [0-9]*/32" "$WORK/b.log"'
 
 # (c) a two-cell array, then the summary
 "$BIN" compare "$G" --out "$WORK/c" --cell 1/2 --quiet >"$WORK/c1.log" 2>&1
@@ -94,7 +94,7 @@ check "(c) results.json equals the one-process one" 'diff "$WORK/a.json" "$WORK/
 "${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/d" >"$WORK/d.log" 2>&1 &
 job=$!
 victim=""
-for _ in $(seq 1 600); do  # up to 60 s: find rank 1 while it holds a run's lock (it is training)
+for _ in $(seq 1 3000); do  # up to 60 s: find rank 1 while it holds a run's lock (it is training)
   for lockfile in "$WORK"/d/runs/*/.attnlab.lock; do
     pid=$(sed -n 's/^pid \([0-9]*\),.*/\1/p' "$lockfile" 2>/dev/null)
     if [ -n "$pid" ] && tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
@@ -102,7 +102,7 @@ for _ in $(seq 1 600); do  # up to 60 s: find rank 1 while it holds a run's lock
       break 2
     fi
   done
-  sleep 0.1
+  sleep 0.02
 done
 if [ -n "$victim" ]; then kill -9 "$victim"; fi
 wait "$job"
