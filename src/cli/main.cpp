@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
                                 " processes) only `attnlab compare` shares its work across processes (docs/distributed.md)");
     }
   } catch (const attnlab::JobError& e) {
-    if (session->rank() == 0) std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    if (!session || session->rank() == 0) std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
