@@ -25,8 +25,10 @@ MPIRUN=(mpirun --oversubscribe)
 # OpenMPI refuses to run as root unless told; CI containers run as root.
 if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
 export OMP_NUM_THREADS=1
-# A sanitized build (the debug preset): OpenMPI's own allocations are not attnlab's leaks.
+# A sanitized build (the debug preset): OpenMPI's own allocations are not attnlab's leaks
+# (mpi_lsan.supp); full stacks, since the fast unwinder stops inside OpenMPI's unloaded components.
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/mpi_lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 
 inputs=()
 for f in "$SRC"/tests/data/*.txt; do inputs+=(--input "$f"); done
