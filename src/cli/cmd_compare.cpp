@@ -55,7 +55,7 @@ void register_compare(CLI::App& app) {
     cmd->callback([grid, o, no_report, cell] {
       o->report = !*no_report;
       if (!cell->empty()) parse_cell(*cell, &o->cell_index, &o->cell_count);
-      if (!api::compare_grid_file(*grid, *o).complete) std::exit(3);
+      if (!api::compare_grid_file(*grid, *o).complete) exit_status() = 3;
     });
   }
   {

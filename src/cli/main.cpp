@@ -29,6 +29,11 @@ api::Config ConfigArgs::api_config() const {
   return c;
 }
 
+int& exit_status() {
+  static int status = 0;
+  return status;
+}
+
 }  // namespace attnlab::cli
 
 int main(int argc, char** argv) {
@@ -87,5 +92,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return attnlab::cli::exit_status();
 }
