@@ -4,8 +4,9 @@
 #   (a) in one process,
 #   (b) under `mpirun -np 2` (rank 0 hands the cells out and trains too),
 #   (c) as a two-cell array, `--cell 0/2` and `--cell 1/2`, then `--merge`,
-#   (d) under `mpirun -np 2` with rank 1 killed (SIGKILL) while it trains a cell, then `--resume`;
-# the four results.json must be equal once the fields that legitimately differ are removed (listed
+#   (d) under `mpirun -np 2` with rank 1 killed (SIGKILL) while it trains a cell, then `--resume`,
+#   (f) under `mpirun -np 2` with one run failing (unreadable checkpoint), fixed, then `--resume`;
+# the five results.json must be equal once the fields that legitimately differ are removed (listed
 # in `strip` below: wall-clock times and speeds). Plus the output rules (rank 0 alone prints the
 # tables, other ranks one line per cell), --cell/--merge errors, and a --cell 1/2 whose assignment
 # follows the plan's order, and (e) three cells, one with another thread count, merged: the summary
@@ -117,6 +118,18 @@ check "(d) --resume finishes the grid" '[ $? = 0 ] && [ -s "$WORK/d/results.json
 strip "$WORK/d/results.json" >"$WORK/d.json"
 check "(d) results.json equals the one-process one" 'diff "$WORK/a.json" "$WORK/d.json" >"$WORK/d.diff"'
 
+# (f) a run that fails with an error on one rank: the job stops with that error (printed once, by
+# the rank it happened on) and rank 0's own, no summary; fixed, --resume finishes the grid.
+mkdir -p "$WORK/f/runs/xsa_s1" && echo garbage >"$WORK/f/runs/xsa_s1/step_000008.safetensors"
+"${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/f" --resume >"$WORK/f.log" 2>"$WORK/f.err"
+rc=$?
+check "(f) a failing run stops the job with status 1, its error printed once, and no summary" \
+  '[ $rc = 1 ] && [ "$(grep -c "none of which can be read" "$WORK/f.err")" = 1 ] && grep -q "attnlab compare GRID --out $WORK/f --resume" "$WORK/f.err" && [ ! -e "$WORK/f/results.json" ]'
+rm -rf "$WORK/f/runs/xsa_s1"
+"${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/f" --resume --quiet >/dev/null 2>&1
+check "(f) fixed, --resume finishes the grid with the same results.json" \
+  '[ $? = 0 ] && strip "$WORK/f/results.json" >"$WORK/f.json" && diff "$WORK/a.json" "$WORK/f.json" >/dev/null'
+
 # (e) cells on different machines: the merged summary names the variant whose runs differ. With
 # --cell I/3 the plan's runs rope_s1 xsa_s1 rope_s2 xsa_s2 go to cells 0 1 2 0; cell 2 (rope_s2)
 # runs with two threads, which the machine record counts as another machine (other rounding).
@@ -141,6 +154,6 @@ expect_error "--cell out of range" "the cell index must be 0 .. 1" "$BIN" compar
 expect_error "--cell not I/N" "--cell" "$BIN" compare "$G" --out "$WORK/x" --cell 2
 expect_error "--cell with --merge" "--cell trains its cells" "$BIN" compare "$G" --out "$WORK/c" --cell 0/2 --merge
 expect_error "--cell into a cell that exists, without --resume" "exists already" "$BIN" compare "$G" --out "$WORK/c" --cell 0/2
-err=$("${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/f" --cell 0/2 2>&1 >/dev/null)
+err=$("${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/g" --cell 0/2 2>&1 >/dev/null)
 check "--cell under mpirun is refused, reported once" '[ "$(grep -c "leave --cell out" <<<"$err")" = 1 ]'
 finish
