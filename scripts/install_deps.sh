@@ -3,8 +3,10 @@
 # (apt-get) or via sudo.
 #
 #   scripts/install_deps.sh demo   what `make demo` runs: the compiler, CMake, the libraries the
-#                                  engine links, the SWORD texts of the default corpus, and
-#                                  matplotlib for `attnlab analyze`'s plots
+#                                  engine links, the SWORD texts of the default corpus,
+#                                  matplotlib for `attnlab analyze`'s plots, and OpenMPI (the
+#                                  library and mpirun: `mpirun -np N attnlab compare`,
+#                                  docs/distributed.md)
 #   scripts/install_deps.sh test   the above, plus what `make test` alone needs: GoogleTest, and
 #                                  Python with NumPy, PyTorch (the float64 reference) and the
 #                                  official safetensors reader (the interop tests), and Debian's
@@ -21,7 +23,7 @@ set -euo pipefail
 what=${1:-demo}
 demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev zlib1g-dev
       nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
-      python3-matplotlib)
+      python3-matplotlib libopenmpi-dev openmpi-bin)
 tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium)
 fuzz=(clang libclang-rt-14-dev libomp-dev)
 case "$what" in

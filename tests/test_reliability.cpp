@@ -264,6 +264,41 @@ TEST(Files, ASecondTrainerInOneDirectoryIsRefusedNamingTheHolder) {
   fs::remove_all(dir);
 }
 
+// The cells of a compare array share --out's lock; a plain compare holds it alone
+// (docs/distributed.md). flock is per open file, so two holds in one process behave like two
+// processes.
+TEST(Files, SharedLocksCoexistAndExcludeAnExclusiveOne) {
+  const fs::path dir = temp_dir("shared_lock");
+  fs::create_directories(dir);
+  struct Case {
+    const char* name;
+    bool first_shared, second_shared, second_allowed;
+  };
+  for (const Case& c : {Case{"shared beside shared", true, true, true}, Case{"exclusive beside shared", true, false, false},
+                        Case{"shared beside exclusive", false, true, false}, Case{"exclusive beside exclusive", false, false, false}}) {
+    SCOPED_TRACE(c.name);
+    auto take = [&](bool shared, const char* command) {
+      return shared ? DirLock::acquire_shared(dir.string(), "compare --out", command) : DirLock::acquire(dir.string(), "compare --out", command);
+    };
+    const DirLock first = take(c.first_shared, "first holder");
+    std::string err;
+    try {
+      const DirLock second = take(c.second_shared, "second holder");
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    if (c.second_allowed) {
+      EXPECT_EQ(err, "");
+    } else {
+      EXPECT_NE(err.find("in use by another process"), std::string::npos) << err;
+      EXPECT_NE(err.find("first holder"), std::string::npos) << err;  // the record names the holder
+    }
+  }
+  // Released (destroyed) holds leave nothing behind: an exclusive lock is free again.
+  EXPECT_NO_THROW(DirLock::acquire(dir.string(), "compare --out", "after"));
+  fs::remove_all(dir);
+}
+
 TEST(Files, TrainRemovesStaleTemporariesOfKilledWriters) {
   const fs::path dir = temp_dir("stale");
   write_data(dir, 50);

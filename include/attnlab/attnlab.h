@@ -7,6 +7,7 @@
 #include "attnlab/compare.h"
 #include "attnlab/config.h"
 #include "attnlab/data.h"
+#include "attnlab/distributed.h"
 #include "attnlab/error.h"
 #include "attnlab/evaluate.h"
 #include "attnlab/model.h"

@@ -21,6 +21,13 @@ struct CompareParams {
   bool summarize_only = false;
   int stop_after_runs = -1;   // stop after this many runs finish in this call (-1: no)
   int stop_after_steps = -1;  // stop the first unfinished run after this many steps (-1: no)
+  // One cell of a batch array (a Slurm array; docs/distributed.md): train the runs i of the plan's
+  // order with i % cell_count == cell_index (0 <= cell_index < cell_count) and write no summary
+  // (cell_count 0: every run). Cells of one grid may run at the same time into one out_dir.
+  int cell_index = 0, cell_count = 0;
+  // Train nothing: write results.json, results.md and report.html once every run of the grid has
+  // finished (an error naming the runs that have not).
+  bool merge = false;
 };
 CompareParams default_compare_params();
 
@@ -41,12 +48,15 @@ struct VariantSummary {
 
 struct CompareResult {
   bool complete = false;              // every run finished (false: stopped early; the summary, if
-                                      // any, covers the runs finished so far)
+                                      // any, covers the runs finished so far); a cell: its runs
   std::string results_json;           // path of results.json
   std::vector<VariantSummary> variants;  // in grid order
 };
 
-// Runs (or resumes) the grid of a file, or of grid text (`origin` names it in errors).
+// Runs (or resumes) the grid of a file, or of grid text (`origin` names it in errors). In a job of
+// several processes (a DistributedSession under mpirun, attnlab/distributed.h) every process calls
+// it with the same arguments: rank 0 hands the runs out and trains too, and writes the summary
+// once all are done; the result's `variants` are filled on rank 0 alone.
 CompareResult compare_grid_file(const std::string& path, const CompareParams& params = default_compare_params());
 CompareResult compare_grid_text(const std::string& text, const CompareParams& params = default_compare_params(),
                                 const std::string& origin = "grid text");

@@ -7,6 +7,7 @@
 
 #include "attnlab/compare.h"
 #include "core/denormals.h"
+#include "core/distributed.h"
 #include "core/error.h"
 #include "experiment/compare.h"
 #include "experiment/report.h"
@@ -25,6 +26,9 @@ CompareResult run(const Grid& grid, const CompareParams& params) {
   o.summarize_only = params.summarize_only;
   o.stop_after_runs = params.stop_after_runs;
   o.stop_after_steps = params.stop_after_steps;
+  o.cell_index = params.cell_index;
+  o.cell_count = params.cell_count;
+  o.merge = params.merge;
   bool complete = false;
   {
     ScopedFlushDenormals flush;
@@ -33,7 +37,9 @@ CompareResult run(const Grid& grid, const CompareParams& params) {
   // Stopped early, results.json is not written (or is an earlier, partial one).
   const std::string path = (std::filesystem::path(params.out_dir) / "results.json").string();
   CompareResult r;
-  if ((complete || params.summarize_only) && std::filesystem::exists(path)) r = read_compare_results(path);
+  // Only the process that wrote it reads it back (a cell or another rank might read an older one).
+  const bool wrote = (complete || params.summarize_only) && params.cell_count == 0 && distributed::rank() == 0;
+  if (wrote && std::filesystem::exists(path)) r = read_compare_results(path);
   r.results_json = path;
   r.complete = complete;
   return r;

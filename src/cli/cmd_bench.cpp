@@ -151,6 +151,9 @@ void run_info(const ConfigArgs& args) {
               p16.isa.c_str(), p16.threads);
   const api::KernelInfo k = api::kernel_info();
   std::printf("attention kernels: %s (%s)\n", kernel_set_text(k).c_str(), k.gemm_backend.c_str());
+  std::printf("%s\n", api::DistributedSession::built_with_mpi()
+                          ? "processes: MPI built in (ATTNLAB_MPI): `mpirun -np N attnlab compare` shares a grid (docs/distributed.md)"
+                          : "processes: one (built without MPI, ATTNLAB_MPI=OFF)");
 }
 
 }  // namespace

@@ -10,6 +10,26 @@
 
 namespace attnlab::cli {
 
+namespace {
+
+// --cell I/N: two whole numbers, 0 <= I < N.
+void parse_cell(const std::string& text, int* index, int* count) {
+  const size_t slash = text.find('/');
+  auto whole = [](const std::string& s, int* v) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    *v = std::stoi(s);
+    return true;
+  };
+  if (slash == std::string::npos || !whole(text.substr(0, slash), index) || !whole(text.substr(slash + 1), count) || *count < 1)
+    fail("--cell ", text, ": expected I/N, two whole numbers with N >= 1 (e.g. --cell 0/4; in a Slurm array: --cell "
+         "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT with --array=0-(N-1))");
+  if (*index >= *count)
+    fail("--cell ", text, ": the cell index must be 0 .. ", *count - 1, " (a Slurm array --array=0-", *count - 1,
+         " gives SLURM_ARRAY_TASK_ID in that range)");
+}
+
+}  // namespace
+
 void register_compare(CLI::App& app) {
   {
     auto* grid = program_lifetime<std::string>();
@@ -24,12 +44,18 @@ void register_compare(CLI::App& app) {
     cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)");
     cmd->add_flag("--quiet", o->quiet, "no progress display");
     cmd->add_flag("--no-report", *no_report, "do not write report.html");
+    auto* cell = program_lifetime<std::string>();
+    cmd->add_option("--cell", *cell,
+                    "I/N: one cell of a batch array: train every N-th run of the plan from run I (0 <= I < N), write no summary; "
+                    "a Slurm array --array=0-(N-1): --cell $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT (docs/distributed.md)");
+    cmd->add_flag("--merge", o->merge, "train nothing: write results.json, results.md and report.html once every run has finished (after --cell)");
     cmd->add_flag("--summarize", o->summarize_only,
                   "train nothing: write results.json, results.md and report.html from the runs finished so far (marked partial); "
                   "may run beside a compare that is still training");
-    cmd->callback([grid, o, no_report] {
+    cmd->callback([grid, o, no_report, cell] {
       o->report = !*no_report;
-      if (!api::compare_grid_file(*grid, *o).complete) std::exit(3);
+      if (!cell->empty()) parse_cell(*cell, &o->cell_index, &o->cell_count);
+      if (!api::compare_grid_file(*grid, *o).complete) exit_status() = 3;
     });
   }
   {

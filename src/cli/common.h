@@ -41,6 +41,11 @@ T* program_lifetime() {
   return &kept.emplace_back();
 }
 
+// What main() returns when the command ends without an error: 0, or 3 for a compare stopped early
+// (resumable). Returned through main rather than std::exit, so that an mpirun process ends MPI
+// (MPI_Finalize waits for the other ranks: a rank that stopped does not cut theirs short).
+int& exit_status();
+
 void register_data(CLI::App& app);
 void register_train(CLI::App& app);
 void register_infer(CLI::App& app);

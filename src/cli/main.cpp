@@ -3,7 +3,10 @@
 #include <immintrin.h>
 #endif
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
+#include "attnlab/distributed.h"
 #include "attnlab/version.h"
 #include "cli/common.h"
 
@@ -26,6 +29,11 @@ api::Config ConfigArgs::api_config() const {
   return c;
 }
 
+int& exit_status() {
+  static int status = 0;
+  return status;
+}
+
 }  // namespace attnlab::cli
 
 int main(int argc, char** argv) {
@@ -36,6 +44,27 @@ int main(int argc, char** argv) {
   // denormal range, where each operation costs ~100 cycles: +20% step time at T = 1024 without this.
   _mm_setcsr(_mm_getcsr() | 0x8040);
 #endif
+  // Under an MPI launcher (`mpirun -np N attnlab compare ...`, docs/distributed.md) the N processes
+  // are ranks of one job; otherwise this is one process and the session does nothing. Only compare
+  // shares its work across ranks: other commands would all write the same files.
+  std::unique_ptr<attnlab::api::DistributedSession> session;
+  try {
+    session = std::make_unique<attnlab::api::DistributedSession>(&argc, &argv);
+    if (session->size() > 1) {
+      const char* command = nullptr;  // the subcommand: the first argument that is not an option
+      for (int i = 1; i < argc && !command; ++i)
+        if (argv[i][0] != '-') command = argv[i];
+      if (command && std::strcmp(command, "compare") != 0)
+        throw attnlab::JobError(std::string("attnlab ") + command + " runs as one process; under mpirun (" + std::to_string(session->size()) +
+                                " processes) only `attnlab compare` shares its work across processes (docs/distributed.md)");
+    }
+  } catch (const attnlab::JobError& e) {
+    if (!session || session->rank() == 0) std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const attnlab::Error& e) {
+    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  }
   CLI::App app{"attnlab: transformer attention-mechanism lab (train, evaluate, sample, compare) on CPU"};
   app.set_version_flag("--version", std::string("attnlab ") + attnlab::api::library_version());
   app.require_subcommand(1);
@@ -52,6 +81,10 @@ int main(int argc, char** argv) {
     // CLI11 prints the message (or the help text) and returns its own codes (104-109 for bad
     // arguments); the documented status of every error is 1, and --help / --version stay 0.
     return app.exit(e) == 0 ? 0 : 1;
+  } catch (const attnlab::JobError& e) {
+    // Every rank stops with this same message: rank 0 prints it.
+    if (session->rank() == 0) std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
@@ -59,5 +92,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return attnlab::cli::exit_status();
 }

@@ -81,6 +81,14 @@ size_t remove_stale_temps(const std::string& dir) {
 }
 
 DirLock DirLock::acquire(const std::string& dir, const std::string& what, const std::string& command) {
+  return DirLock::lock(dir, what, command, false);
+}
+
+DirLock DirLock::acquire_shared(const std::string& dir, const std::string& what, const std::string& command) {
+  return DirLock::lock(dir, what, command, true);
+}
+
+DirLock DirLock::lock(const std::string& dir, const std::string& what, const std::string& command, bool shared) {
   DirLock lock;
   lock.path_ = dir + "/" + kLockFileName;
   lock.fd_ = ::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -88,7 +96,7 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what, const 
     const int err = errno;
     fail(what, " ", dir, ": cannot create the lock file ", lock.path_, " (", std::strerror(err), ")");
   }
-  if (::flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(lock.fd_, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
     const int err = errno;
     if (err != EWOULDBLOCK) fail(what, " ", dir, ": cannot lock ", lock.path_, " (", std::strerror(err), ")");
     char buf[256] = {};
@@ -99,19 +107,26 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what, const 
          ", holding ", lock.path_, "); wait for it to finish or choose another directory");
   }
   const std::string me = "pid " + std::to_string(long(::getpid())) + ", " + command + "\n";
-  if (::ftruncate(lock.fd_, 0) == 0) {
+  lock.shared_ = shared;
+  if (shared) {  // appended: the record lists the shared holders (and is not cleared when one leaves)
+    if (::lseek(lock.fd_, 0, SEEK_END) >= 0) {
+      const ssize_t w = ::write(lock.fd_, me.data(), me.size());
+      (void)w;
+    }
+  } else if (::ftruncate(lock.fd_, 0) == 0) {
     const ssize_t w = ::pwrite(lock.fd_, me.data(), me.size(), 0);
     (void)w;  // the record is informational; the flock is the lock
   }
   return lock;
 }
 
-DirLock::DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
+DirLock::DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)), shared_(o.shared_), path_(std::move(o.path_)) {}
 
 DirLock& DirLock::operator=(DirLock&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(o.fd_, -1);
+    shared_ = o.shared_;
     path_ = std::move(o.path_);
   }
   return *this;
@@ -121,7 +136,7 @@ DirLock::~DirLock() {
   if (fd_ >= 0) {
     // Leave the file (deleting a flock'ed file races with a process about to lock it); clear the
     // holder record so a reader does not mistake it for a live one.
-    if (::ftruncate(fd_, 0) != 0) {
+    if (!shared_ && ::ftruncate(fd_, 0) != 0) {
     }
     ::close(fd_);
   }

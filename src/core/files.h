@@ -41,6 +41,9 @@ class DirLock {
   // what: "train.out_dir", "prepare --out": names the directory's role in the error message.
   // command: recorded for the next process's error message ("attnlab train").
   static DirLock acquire(const std::string& dir, const std::string& what, const std::string& command);
+  // A shared hold of the same lock: any number of shared holders at once (the cells of a compare
+  // array, each training runs of its own), none beside an exclusive holder.
+  static DirLock acquire_shared(const std::string& dir, const std::string& what, const std::string& command);
   DirLock(DirLock&& o) noexcept;
   DirLock& operator=(DirLock&& o) noexcept;
   DirLock(const DirLock&) = delete;
@@ -49,7 +52,9 @@ class DirLock {
   const std::string& path() const { return path_; }
 
  private:
+  static DirLock lock(const std::string& dir, const std::string& what, const std::string& command, bool shared);
   int fd_ = -1;
+  bool shared_ = false;
   std::string path_;
 };
 

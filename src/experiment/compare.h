@@ -93,10 +93,17 @@ struct CompareOptions {
   bool quiet = false;           // no progress display
   bool report = true;           // write report.html
   bool summarize_only = false;  // train nothing: write the documents from the runs finished so far (marked partial)
+  // One cell of a batch array (docs/distributed.md): run the plan's runs i with i % cell_count ==
+  // cell_index and write no documents (cell_count 0: every run).
+  int cell_index = 0, cell_count = 0;
+  bool merge = false;           // train nothing: write the documents once every run has finished (an error naming the missing ones)
 };
 
-// Runs (or resumes) the grid. Returns true when every run is done (results.json, results.md and
-// report.html written), false when stopped early (by a signal or a stop_after_* option).
+// Runs (or resumes) the grid: in one process, or shared by the processes of an mpirun job
+// (core/distributed.h; rank 0 writes the documents), or one cell of an array. Returns true when
+// every run is done (results.json, results.md and report.html written; a cell: its runs; a rank
+// other than 0: the runs it was handed), false when stopped early (by a signal or a stop_after_*
+// option).
 bool run_compare(const Grid& grid, const CompareOptions& opts);
 
 // The per-variant summary and baseline comparison of a results document's "runs" (used by

@@ -1,0 +1,160 @@
+// core/distributed.h over MPI (ATTNLAB_MPI on): OpenMPI from Debian, or any MPI-3 library.
+//
+// The item queue's protocol: a rank other than 0 sends rank 0 a request (tag kRequest: one int, how
+// its previous item ended) and waits for the answer (tag kAnswer: one int64, the item, or -1 for
+// none left). Rank 0 answers from a thread of its own that polls with MPI_Iprobe and sleeps between
+// polls: a blocking receive would spin one core at 100% (OpenMPI busy-waits), which rank 0's own
+// training needs. MPI is initialized with MPI_THREAD_SERIALIZED: while that thread runs, it makes
+// every MPI call of rank 0 (the queue is built after first_error() and destroyed before
+// MPI_Finalize).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "core/distributed.h"
+#include "core/error.h"
+
+namespace attnlab::distributed {
+
+namespace {
+
+int g_rank = 0;
+int g_size = 1;
+bool g_initialized_here = false;
+
+constexpr int kRequest = 25001;
+constexpr int kAnswer = 25002;
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+}  // namespace
+
+bool built_with_mpi() { return true; }
+
+Session::Session(int* argc, char*** argv) {
+  if (launcher_size() == 0 || mpi_running()) return;
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    fail("MPI: MPI_Init_thread failed (this process was started by an MPI launcher)");
+  g_initialized_here = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  if (provided < MPI_THREAD_SERIALIZED && g_size > 1)
+    fail("MPI: the MPI library gives thread level ", provided, ", attnlab needs MPI_THREAD_SERIALIZED (", int(MPI_THREAD_SERIALIZED),
+         ") for rank 0's dispatcher thread; use an MPI built with thread support (Debian's OpenMPI has it)");
+}
+
+Session::~Session() {
+  if (g_initialized_here && mpi_running()) MPI_Finalize();
+  g_initialized_here = false;
+  g_rank = 0;
+  g_size = 1;
+}
+
+int rank() { return g_rank; }
+int size() { return g_size; }
+
+std::string first_error(const std::string& mine) {
+  if (g_size == 1) return mine;
+  int failing = mine.empty() ? g_size : g_rank;
+  MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (failing == g_size) return "";
+  std::string message = failing == g_rank ? mine : std::string();
+  int length = (int)message.size();
+  MPI_Bcast(&length, 1, MPI_INT, failing, MPI_COMM_WORLD);
+  message.resize((size_t)length);
+  MPI_Bcast(message.data(), length, MPI_CHAR, failing, MPI_COMM_WORLD);
+  return failing == 0 ? message : "rank " + std::to_string(failing) + ": " + message;
+}
+
+struct ItemQueue::State {
+  std::vector<size_t> items;
+  std::mutex mutex;         // rank 0: items, next, stopped, worst between its thread and its worker
+  size_t next = 0;
+  bool stopped = false;     // an item stopped or failed: hand out nothing more
+  ItemEnd worst = ItemEnd::none;
+  std::thread dispatcher;   // rank 0 with other ranks
+  bool exhausted = false;   // other ranks: rank 0 said no item is left
+
+  void record(ItemEnd end) {
+    worst = std::max(worst, end);
+    if (end == ItemEnd::stopped || end == ItemEnd::failed) stopped = true;
+  }
+  // Rank 0: the next item to hand out, or -1.
+  int64_t take(ItemEnd previous) {
+    std::lock_guard<std::mutex> lock(mutex);
+    record(previous);
+    if (stopped || next >= items.size()) return -1;
+    return (int64_t)items[next++];
+  }
+  // Rank 0's thread: answers every other rank until each has been told that nothing is left.
+  void serve() {
+    int finished = 0;
+    while (finished < g_size - 1) {
+      int waiting = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, kRequest, MPI_COMM_WORLD, &waiting, &status);
+      if (!waiting) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      int previous = 0;
+      MPI_Recv(&previous, 1, MPI_INT, status.MPI_SOURCE, kRequest, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      int64_t item = take(static_cast<ItemEnd>(std::clamp(previous, 0, int(ItemEnd::failed))));
+      MPI_Send(&item, 1, MPI_INT64_T, status.MPI_SOURCE, kAnswer, MPI_COMM_WORLD);
+      if (item < 0) ++finished;
+    }
+  }
+};
+
+ItemQueue::ItemQueue(std::vector<size_t> items) : state_(new State) {
+  state_->items = std::move(items);
+  if (g_rank == 0 && g_size > 1) state_->dispatcher = std::thread([s = state_] { s->serve(); });
+}
+
+ItemQueue::~ItemQueue() {
+  if (state_->dispatcher.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stopped = true;
+    }
+    state_->dispatcher.join();
+  }
+  delete state_;
+}
+
+std::optional<size_t> ItemQueue::next(ItemEnd previous) {
+  if (g_rank == 0) {
+    const int64_t item = state_->take(previous);
+    if (item < 0) return std::nullopt;
+    return (size_t)item;
+  }
+  state_->record(previous);
+  if (state_->exhausted) return std::nullopt;
+  int end = int(previous);
+  MPI_Send(&end, 1, MPI_INT, 0, kRequest, MPI_COMM_WORLD);
+  int64_t item = -1;
+  MPI_Recv(&item, 1, MPI_INT64_T, 0, kAnswer, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  if (item < 0) {
+    state_->exhausted = true;
+    return std::nullopt;
+  }
+  return (size_t)item;
+}
+
+ItemEnd ItemQueue::finish() {
+  if (state_->dispatcher.joinable()) state_->dispatcher.join();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->worst;
+}
+
+}  // namespace attnlab::distributed
