@@ -15,10 +15,11 @@ using namespace nb::literals;
 Tokens tokens_from(nb::handle array, const char* what, int vocab_size, int lo, bool allow_empty) {
   nb::module_ np = nb::module_::import_("numpy");
   nb::object a = np.attr("asarray")(array);
+  if (allow_empty && nb::cast<size_t>(a.attr("size")) == 0) return Tokens{{}, {0}};  // [] is float64 to NumPy
   const std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
   if (kind != "i" && kind != "u")
     throw attnlab::Error(std::string(what) + ": token ids must be integers, got an array of dtype " +
-                         nb::cast<std::string>(nb::str(a.attr("dtype"))));
+                         nb::cast<std::string>(a.attr("dtype").attr("name")));
   const int ndim = nb::cast<int>(a.attr("ndim"));
   if (ndim != 1 && ndim != 2)
     throw attnlab::Error(std::string(what) + ": expected ids of shape (T,) or (B, T), got " + std::to_string(ndim) +

@@ -5,6 +5,9 @@
 // python/attnlab/*.py; docs/python.md describes both.
 #pragma once
 #include <nanobind/nanobind.h>
+// Every file sees the same casters: a cast<std::string> compiled without this header in one file
+// (an ODR clash the linker resolves silently) would fail with bad_cast in all of them.
+#include <nanobind/stl/string.h>
 
 #include <cstdint>
 #include <string>

@@ -3,6 +3,7 @@
 // the key exactly as `attnlab train --set` would.
 #include <attnlab/config.h>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -114,13 +115,14 @@ void bind_config(nb::module_& m) {
             set_value(nb::cast<Config&>(self), key, value);
             return nb::borrow(self);
           },
-          "key"_a, "value"_a, "Appends an assignment (later ones override earlier ones); returns the Config for chaining.")
+          "key"_a, "value"_a, nb::sig("def set(self, key: str, value: object) -> Config"),
+          "Appends an assignment (later ones override earlier ones); returns the Config for chaining.")
       .def(
           "unset", [](nb::handle self, const std::string& key) {
             nb::cast<Config&>(self).unset(key);
             return nb::borrow(self);
           },
-          "key"_a, "Removes every assignment of key (it returns to its default); returns the Config.")
+          "key"_a, nb::sig("def unset(self, key: str) -> Config"), "Removes every assignment of key (it returns to its default); returns the Config.")
       .def("resolve", &Config::resolve, "Applies and validates the assignments; raises attnlab.Error naming the key.")
       .def("get", [](const Config& c, const std::string& key) { return python_value(c.get(key)); }, "key"_a,
            "A resolved value: int, float, bool, str or list.")
