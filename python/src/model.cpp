@@ -74,6 +74,7 @@ void bind_model(nb::module_& m) {
             return numpy_owning(std::move(logits), shape);
           },
           "tokens"_a,
+          nb::sig("def forward(self, tokens: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.float32]"),
           "Logits of token ids (T,) or (B, T): a float32 array (T, V) or (B, T, V). The array owns the\n"
           "engine's buffer: no copy is made.")
       .def(
@@ -99,6 +100,7 @@ void bind_model(nb::module_& m) {
             return model.loss(in.ids, tg.ids, B, T);
           },
           "inputs"_a, "targets"_a = nb::none(),
+          nb::sig("def loss(self, inputs: numpy.typing.ArrayLike, targets: numpy.typing.ArrayLike | None = None) -> float"),
           "Mean cross-entropy (nats per token). loss(windows) with windows (B, T + 1) predicts each id from the\n"
           "ones before it; loss(inputs, targets) with both (B, T). A negative target is ignored.")
       .def(
@@ -131,6 +133,9 @@ void bind_model(nb::module_& m) {
           },
           "prompt"_a, "n"_a, "temperature"_a = 1.0, "top_k"_a = 0, "seed"_a = 0, "vocab_limit"_a = 0,
           "callback"_a = nb::none(),
+          nb::sig("def generate(self, prompt: numpy.typing.ArrayLike, n: int, temperature: float = 1.0, top_k: int = 0, "
+                  "seed: int = 0, vocab_limit: int = 0, callback: collections.abc.Callable[[int], bool | None] | None = None) "
+                  "-> numpy.typing.NDArray[numpy.int32]"),
           "The prompt followed by n generated ids (int32 array). temperature 0 is greedy; top_k > 0 draws among\n"
           "the k most likely; the same seed gives the same ids. callback(id) is called as each id is drawn;\n"
           "returning False stops the generation.")

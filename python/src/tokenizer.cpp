@@ -30,7 +30,7 @@ void bind_tokenizer(nb::module_& m) {
             const size_t n = ids.size();
             return numpy_owning(std::move(ids), {n});
           },
-          "text"_a, "Token ids (int32 array) of a text.")
+          "text"_a, nb::sig("def encode(self, text: str) -> numpy.typing.NDArray[numpy.int32]"), "Token ids (int32 array) of a text.")
       .def(
           "decode",
           [](const Tokenizer& tok, nb::handle ids) {
@@ -39,7 +39,7 @@ void bind_tokenizer(nb::module_& m) {
                                          std::numeric_limits<int32_t>::min(), /*allow_empty=*/true);
             return tok.decode(t.ids);
           },
-          "ids"_a, "The text of token ids; control ids (BOS, EOS) decode to nothing.")
+          "ids"_a, nb::sig("def decode(self, ids: numpy.typing.ArrayLike) -> str"), "The text of token ids; control ids (BOS, EOS) decode to nothing.")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def_prop_ro("bos_id", &Tokenizer::bos_id, "The BOS id, -1 when the tokenizer has none.");
 }

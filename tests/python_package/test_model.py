@@ -120,10 +120,14 @@ def test_forward_releases_the_gil():
     """A forward long enough to measure; a Python thread must keep running meanwhile (it could not
     if the engine held the GIL)."""
     model = attnlab.Model(tiny(**{"model.n_layer": 4, "model.d_model": 128, "model.seq_len": 256}))
-    ids = np.zeros((8, 256), dtype=np.int32)
-    start = time.perf_counter()
-    model.forward(ids)
-    one = time.perf_counter() - start
+    ids = np.zeros((4, 256), dtype=np.int32)
+    one = 0.0
+    while one < 0.2:  # a forward of at least 0.2 s, whatever the machine
+        ids = np.concatenate([ids, ids])
+        model.forward(ids)  # the first call of a shape also plans the model's workspace for it
+        start = time.perf_counter()
+        model.forward(ids)
+        one = time.perf_counter() - start
     ticks = []
     done = threading.Event()
 
@@ -145,4 +149,4 @@ def test_forward_releases_the_gil():
     # calls); released, it ticks throughout: count the gaps longer than half a forward.
     gaps = np.diff([start] + during + [end])
     assert len(during) > 100, f"{len(during)} ticks during {end - start:.3f} s"
-    assert gaps.max() < max(0.5 * one, 0.05), f"longest gap {gaps.max():.3f} s, one forward {one:.3f} s"
+    assert gaps.max() < 0.5 * one, f"longest gap {gaps.max():.3f} s, one forward {one:.3f} s"
