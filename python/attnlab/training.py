@@ -1,6 +1,7 @@
 """attnlab.train: the engine's training loop (include/attnlab/trainer.h) fed from Python."""
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -102,7 +103,7 @@ def train(config: _core.Config,
         if not os.path.isdir(data):
             raise _core.Error(f"data: {os.fspath(data)} is not a directory; give a directory prepared with "
                               "attnlab.prepare, or an iterable of token batches")
-        config = _copy(config).set("data.dir", os.fspath(data))
+        config = copy.copy(config).set("data.dir", os.fspath(data))  # the caller's Config stays as it was
     elif data is not None:
         B, T, V = config["train.batch_size"], config["model.seq_len"], config["model.vocab_size"]
         batches = _Batches(data, B, T, V, "data")
@@ -132,8 +133,3 @@ def train(config: _core.Config,
         if bar is not None:
             bar.close()
     return result
-
-
-def _copy(config: _core.Config) -> _core.Config:
-    import copy
-    return copy.copy(config)
