@@ -10,7 +10,9 @@
 #   scripts/install_deps.sh test   the above, plus what `make test` alone needs: GoogleTest, and
 #                                  Python with NumPy, PyTorch (the float64 reference) and the
 #                                  official safetensors reader (the interop tests), and Debian's
-#                                  chromium (loads `attnlab compare`'s report.html headless)
+#                                  chromium (loads `attnlab compare`'s report.html headless), and for
+#                                  the Python package's test (tests/python_package/run.sh) venv,
+#                                  Python's headers, pytest, pandas, tqdm and ccache
 #   scripts/install_deps.sh fuzz   what scripts/fuzz_smoke.sh needs: the `demo` packages, clang with
 #                                  libFuzzer and the sanitizer runtimes (libclang-rt-14-dev, only a
 #                                  Recommends of clang) and LLVM's OpenMP (clang's -fopenmp)
@@ -24,7 +26,8 @@ what=${1:-demo}
 demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev zlib1g-dev
       nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
       python3-matplotlib libopenmpi-dev openmpi-bin)
-tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium)
+tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium
+       python3-venv python3-dev python3-pytest python3-pandas python3-tqdm ccache)
 fuzz=(clang libclang-rt-14-dev libomp-dev)
 case "$what" in
   demo) pkgs=("${demo[@]}") ;;

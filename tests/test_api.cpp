@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -194,6 +195,43 @@ TEST(Api, ResumeWithADataSourceIsExact) {
     return losses;
   };
   EXPECT_EQ(losses_of("once", false), losses_of("twice", true));
+  fs::remove_all(dir);
+}
+
+// request_train_stop() stops the running training after its step like a first Ctrl-C (a checkpoint,
+// interrupted set), from a callback here and from another thread; a request made while no training
+// runs does not stop the next one.
+TEST(Api, RequestTrainStopStopsCleanlyAndOnlyTheRunningTraining) {
+  const fs::path dir = attnlab::test_util::temp_dir("api", "stop");
+  api::TrainParams p = api::default_train_params();
+  p.on_step = [](int64_t step, double, double) {
+    if (step == 3) api::request_train_stop();
+  };
+  auto source = api::tokens_data_source(pattern_tokens(3000, 50));
+  const api::TrainResult stopped = api::train(small_config(dir / "a").set("train.steps", 12), *source, p);
+  EXPECT_TRUE(stopped.interrupted);
+  EXPECT_EQ(stopped.steps, 3);
+  EXPECT_TRUE(fs::exists(stopped.checkpoint));
+  EXPECT_EQ(api::Model::load(stopped.checkpoint).num_params(), stopped.num_params);
+
+  api::request_train_stop();  // no training runs: nothing to stop, and the next run is not affected
+  p.on_step = nullptr;
+  auto again = api::tokens_data_source(pattern_tokens(3000, 50));
+  const api::TrainResult full = api::train(small_config(dir / "b").set("train.steps", 6), *again, p);
+  EXPECT_FALSE(full.interrupted);
+  EXPECT_EQ(full.steps, 6);
+
+  std::atomic<bool> started{false};
+  p.on_step = [&](int64_t, double, double) { started = true; };
+  std::thread stopper([&] {
+    while (!started) std::this_thread::yield();
+    api::request_train_stop();
+  });
+  auto third = api::tokens_data_source(pattern_tokens(3000, 50));
+  const api::TrainResult from_thread = api::train(small_config(dir / "c").set("train.steps", 100000), *third, p);
+  stopper.join();
+  EXPECT_TRUE(from_thread.interrupted);
+  EXPECT_LT(from_thread.steps, 100000);
   fs::remove_all(dir);
 }
 

@@ -11,6 +11,8 @@
 // Signals: for its duration, train() takes SIGINT and SIGTERM (blocked on the calling thread and
 // the OpenMP workers, waited for by a thread of its own): either stops the run cleanly after the
 // current step, with a checkpoint (TrainResult::interrupted). The previous mask is restored after.
+// request_train_stop() asks for the same stop from code: another thread, a callback, or a host's
+// own signal handler (the Python package's Ctrl-C handler calls it).
 // Thread-safety: one train() per process at a time (the signal handling above is process-wide);
 // Models may be used on other threads meanwhile. The callbacks run on the thread that called train().
 #pragma once
@@ -50,12 +52,18 @@ struct TrainResult {
   std::string checkpoint;       // the last checkpoint written (load it with Model::load)
   std::vector<double> losses;   // training loss per step of this call
   int64_t skipped_steps = 0;    // steps skipped for a non-finite loss or gradient
-  bool interrupted = false;     // stopped by a signal (SIGINT/SIGTERM) before train.steps
+  bool interrupted = false;     // stopped by a signal (SIGINT/SIGTERM) or request_train_stop() before train.steps
 };
 
 // Trains on the prepared shards of the configuration's data.dir (train.bin, val.bin).
 TrainResult train(const Config& config, const TrainParams& params = default_train_params());
 // Trains on batches from `source`.
 TrainResult train(const Config& config, DataSource& source, const TrainParams& params = default_train_params());
+
+// Stops the train() (or train_task(), or a compare's training) running now after its current
+// optimizer step, as a first SIGINT does: validation, a checkpoint, TrainResult::interrupted.
+// Callable from any thread and from a signal handler (an atomic store); no effect on a training
+// that starts after the call (each clears the request when it starts).
+void request_train_stop();
 
 }  // namespace attnlab::api

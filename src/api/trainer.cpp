@@ -84,6 +84,8 @@ TrainResult train_result(const TrainSummary& s) {
 
 TrainParams default_train_params() { return TrainParams{}; }
 
+void request_train_stop() { attnlab::request_stop(); }
+
 TrainResult train(const Config& config, const TrainParams& params) {
   if (params.validation) fail("TrainParams::validation: only for a DataSource; training on data.dir validates on its val.bin");
   const attnlab::Config cfg = resolve(config);

@@ -44,6 +44,9 @@ namespace {
 // SIGTERM are blocked in the calling thread and in every OpenMP worker (threads created later
 // inherit the mask), and one thread of ours takes them with sigwaitinfo.
 std::atomic<int> g_stop_signal{0};
+// request_stop(): the same clean stop asked for by code (the Python package's Ctrl-C handler, a
+// callback) instead of a signal. An atomic store, so any thread (or a signal handler) may set it.
+std::atomic<bool> g_stop_requested{false};
 
 class StopSignals {
  public:
@@ -294,6 +297,8 @@ class ShardTrainData final : public TrainData {
 };
 }  // namespace
 
+void request_stop() { g_stop_requested.store(true); }
+
 TrainSummary train(const Config& cfg, const TrainOptions& opts) {
   ShardTrainData data(cfg);
   return train(cfg, opts, data);
@@ -303,6 +308,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   const TrainConfig& tc = cfg.train;
   const int B = tc.batch_size, T = cfg.model.seq_len;
   const bool resuming = !opts.resume.empty();
+  g_stop_requested.store(false);  // a request stops the run in progress, not a later one
 
   // The run directory first: one trainer per directory (a second gets an error naming the holder),
   // temporaries of killed writers removed, and a fresh run never mixed with an earlier run's files.
@@ -517,11 +523,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     // disk stays the last good one.
     if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
     if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
-    if (g_stop_signal) {
+    if (g_stop_signal || g_stop_requested.load()) {
       sum.interrupted = state.step < tc.steps;
-      if (!opts.quiet)
-        std::printf("interrupted (signal %d) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
-                    (int)g_stop_signal, (long long)state.step, tc.out_dir.c_str());
+      if (!opts.quiet) {
+        const std::string why = g_stop_signal ? "signal " + std::to_string((int)g_stop_signal) : std::string("stop requested");
+        std::printf("interrupted (%s) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
+                    why.c_str(), (long long)state.step, tc.out_dir.c_str());
+      }
       break;
     }
     if (tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit && state.step < tc.steps) {

@@ -30,6 +30,11 @@ struct TrainOptions {
   std::function<void(int64_t step, double val_loss, size_t val_tokens)> on_eval;
 };
 
+// Asks the train() running now (on any thread) to stop after its current step, exactly as a first
+// SIGINT does: evaluate, write a checkpoint, return with interrupted set. Thread-safe and
+// async-signal-safe (an atomic store). A train() that starts later clears the request.
+void request_stop();
+
 struct TrainSummary {
   int64_t steps = 0;
   double last_train_loss = 0, val_loss = 0;
@@ -37,7 +42,7 @@ struct TrainSummary {
   double train_seconds = 0;    // wall time of this run's optimizer steps (evaluations excluded)
   int64_t steps_this_run = 0;
   size_t num_params = 0;
-  bool interrupted = false;    // stopped by a signal before train.steps (not by stop_after or time_limit)
+  bool interrupted = false;    // stopped by a signal or request_stop() before train.steps (not by stop_after or time_limit)
   std::string checkpoint;
   std::vector<double> losses;  // train loss per optimizer step taken in this run (NaN/Inf for a skipped step)
   int64_t skipped_steps = 0;   // steps whose update was skipped (non-finite loss or gradient)

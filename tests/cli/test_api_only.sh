@@ -7,4 +7,9 @@ internal=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$SRC"/src/
   | grep -vE '#[[:space:]]*include[[:space:]]*"(attnlab|cli)/' || true)
 check "src/cli includes only attnlab/ and cli/ headers" '[ -z "$internal" ]' || true
 [ -n "$internal" ] && echo "$internal"
+# The Python extension (python/src/) binds the same public API: attnlab/ and nanobind headers and its own.
+internal=$(grep -nE '^[[:space:]]*#[[:space:]]*include' "$SRC"/python/src/*.cpp "$SRC"/python/src/*.h \
+  | grep -vE '#[[:space:]]*include[[:space:]]*(<(attnlab|nanobind)/|<[a-z_]+>|"bindings\.h")' || true)
+check "python/src includes only attnlab/, nanobind/, standard and its own headers" '[ -z "$internal" ]' || true
+[ -n "$internal" ] && echo "$internal"
 finish
