@@ -73,6 +73,12 @@ struct DecodeBound {
   size_t dram_set_bytes = 0;
 };
 
+// Whether loading a checkpoint (Model::load, evaluate, analyze, tasks, compare, train --resume)
+// verifies each tensor against the xxHash64 checksum stored with it (docs/checkpoint-format.md):
+// on by default, a mismatch is an Error naming the file and the tensor. Process-wide; off skips
+// the hashing (about one pass over the file's bytes) for speed. `attnlab ... --skip-checksums`.
+void set_verify_checksums(bool verify);
+
 class Model {
  public:
   // A freshly initialised model (GPT-2 init, docs/mechanisms.md §1.4) of a configuration.

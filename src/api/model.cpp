@@ -72,6 +72,8 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
+void set_verify_checksums(bool verify) { set_verify_checkpoint_checksums(verify); }
+
 Model Model::create(const Config& config, uint64_t seed) {
   auto impl = std::make_unique<Impl>();
   impl->gpt = std::make_unique<GPT<float>>(resolve(config));

@@ -55,6 +55,7 @@ void register_analyze(CLI::App& app) {
   auto* a = program_lifetime<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "the diagnostics of docs/mechanisms.md §8 as analysis.json and plots (docs/analysis.md)");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+  add_skip_checksums_flag(cmd);
   cmd->add_option("--data", a->data, "token shard (validation data, from `attnlab prepare`)")->required();
   cmd->add_option("--out", a->out, "output directory (analysis.json and the PNGs)")->required();
   cmd->add_option("--sequences", a->sequences, "validation windows of model.seq_len tokens (default 64)")->check(CLI::PositiveNumber);

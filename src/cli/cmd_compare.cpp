@@ -18,6 +18,7 @@ void register_compare(CLI::App& app) {
     auto* no_report = program_lifetime<bool>();  // false
     auto* cmd = app.add_subcommand("compare", "train a grid of variants × seeds at equal tokens; results.json, results.md, report.html (docs/compare.md)");
     cmd->add_option("grid", *grid, "grid file (TOML subset, docs/compare.md)")->required();
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--out", o->out_dir, "output directory (default runs/compare)");
     cmd->add_flag("--resume", o->resume, "continue the grid in --out: finished runs are skipped, a stopped run resumes from its last checkpoint");
     cmd->add_option("--stop-after-runs", o->stop_after_runs, "stop after this many runs finish in this invocation (exit status 3)");

@@ -192,6 +192,7 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<EvalArgs>();
     auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint on a token shard");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--data", a->data, "token shard (llm.c format, from `attnlab prepare`)")->required();
     cmd->add_option("--seq-len", a->seq_len, "evaluation length (default: model.seq_len)");
@@ -215,6 +216,7 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<ForwardArgs>();
     auto* cmd = app.add_subcommand("forward", "write the logits for given token ids as a NumPy .npy file");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "llm.c shard, or text file with one sequence of ids per line")->required();
     cmd->add_option("--out", a->out, "output .npy (float32 [B, T, V])")->required();
@@ -226,6 +228,7 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<SampleArgs>();
     auto* cmd = app.add_subcommand("sample", "generate text with a KV cache");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--prompt", a->prompt, "prompt text")->required();
     cmd->add_option("-n", a->n, "tokens to generate");
@@ -240,6 +243,7 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<GradsArgs>();
     auto* cmd = app.add_subcommand("grads", "loss, logits and every parameter gradient for given sequences (reference tests)");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "text file, one sequence of T+1 ids per line")->required();
     cmd->add_option("--out", a->out, "output .safetensors")->required();

@@ -73,6 +73,7 @@ void register_task(CLI::App& app) {
   cmd->add_flag("--train", a->do_train, "train a model on the task (the config options below; train.* as for attnlab train)");
   cmd->add_flag("--eval", a->do_eval, "evaluate --checkpoint on fresh samples at --lengths");
   a->config.add_to(cmd);
+  add_skip_checksums_flag(cmd);
   cmd->add_flag("--quiet", a->quiet, "with --train: no progress lines");
   cmd->add_option("--resume", a->resume, "with --train: resume exactly from a checkpoint of this task's run (give the same task options)");
   cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run");

@@ -11,6 +11,7 @@ void register_train(CLI::App& app) {
   {
     auto* cmd = app.add_subcommand("train", "train a model (prints progress; writes checkpoints and metrics.jsonl to train.out_dir)");
     auto* args = program_lifetime<ConfigArgs>();  // lives for the program's lifetime, like the App
+    add_skip_checksums_flag(cmd);
     args->add_to(cmd);
     auto* params = program_lifetime<api::TrainParams>();
     params->quiet = false;  // the tool prints progress unless --quiet (the API's default is quiet)

@@ -15,6 +15,11 @@ void ConfigArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--set", sets, "override one key: --set model.n_layer=6 (repeatable)");
 }
 
+void add_skip_checksums_flag(CLI::App* cmd) {
+  cmd->add_flag_callback("--skip-checksums", [] { api::set_verify_checksums(false); },
+                         "load checkpoints without verifying their tensors' checksums (faster; damage goes unnoticed)");
+}
+
 api::Config ConfigArgs::api_config() const {
   api::Config c;
   if (!preset.empty()) {

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Reliability, round 2 (issue 28; docs/reliability.md, rows 14 on): checksummed checkpoints, the
+# Adam second moment at load, no silent overwrite by `init`, arguments validated where they enter
+# with the limit in the message, errors that name their source, and the small things a user sees.
+# Usage: test_reliability_round2.sh ATTNLAB_BINARY SOURCE_DIR
+source "$(dirname "$0")/lib.sh"
+
+"$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/d" --vocab 400 >/dev/null 2>&1 || bad "prepare"
+common=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/d\"")
+"$BIN" train "${common[@]}" --set "train.out_dir=\"$WORK/run\"" --set train.steps=2 --set train.eval_every=0 --quiet \
+  >/dev/null 2>&1 || bad "train"
+ck=$WORK/run/model.safetensors
+
+# 1. A bit flipped inside a tensor's data (the header untouched) is named; --skip-checksums loads it.
+python3 - "$ck" "$WORK/flipped.safetensors" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+b = bytearray(open(src, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+begin = h["adam.v.wte"]["data_offsets"][0]
+b[8 + n + begin + 5] ^= 0x01  # a low mantissa bit: the value stays finite, the loss barely moves
+open(dst, "wb").write(b)
+PY
+expect_error "flipped bit names the file and tensor" "$WORK/flipped.safetensors: tensor 'adam.v.wte' fails its checksum" \
+  "$BIN" train --resume "$WORK/flipped.safetensors" --set train.steps=3 --quiet
+python3 - "$ck" "$WORK/flipped_w.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+b[8 + n + h["ln_f.weight"]["data_offsets"][0] + 2] ^= 0x10
+open(sys.argv[2], "wb").write(b)
+PY
+for cmd in "eval --data $WORK/d/val.bin --batches 1" "sample --prompt a -n 2 --quiet" "forward --tokens $WORK/d/val.bin --out $WORK/o.npy"; do
+  # shellcheck disable=SC2086
+  expect_error "flipped weight: ${cmd%% *}" "tensor 'ln_f.weight' fails its checksum" "$BIN" $cmd --checkpoint "$WORK/flipped_w.safetensors"
+done
+"$BIN" eval --checkpoint "$WORK/flipped_w.safetensors" --data "$WORK/d/val.bin" --batches 1 --skip-checksums >/dev/null 2>&1 \
+  && ok "--skip-checksums loads it" || bad "--skip-checksums"
+# A file without checksums (an older attnlab's, rewritten by the official writer's rules) loads with a note.
+python3 - "$ck" "$WORK/old.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+del h["__metadata__"]["checksums.xxh64"]
+t = json.dumps(h, separators=(",", ":")).encode()
+t += b" " * ((8 - len(t) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
+out=$("$BIN" eval --checkpoint "$WORK/old.safetensors" --data "$WORK/d/val.bin" --batches 1 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c 'has no tensor checksums' <<<"$out")" = 1 ] && ok "a file without checksums loads with one note" \
+  || bad "old file: rc=$rc $out"
+
+# 2. A negative Adam second moment (checksums recomputed, so the value itself must be refused).
+python3 - "$ck" "$WORK/negv.safetensors" <<'PY'
+import json, struct, sys
+sys.path.insert(0, "")
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+at = 8 + n + h["adam.v.ln_f.weight"]["data_offsets"][0]
+b[at:at + 4] = struct.pack("<f", -1.0)
+# drop the checksums: what the value check must catch alone
+del h["__metadata__"]["checksums.xxh64"]
+t = json.dumps(h, separators=(",", ":")).encode()
+t += b" " * ((8 - len(t) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
+expect_error "adam.v = -1 is refused at load" "$WORK/negv.safetensors: tensor 'adam.v.ln_f.weight' holds a negative value" \
+  "$BIN" train --resume "$WORK/negv.safetensors" --set train.steps=3 --quiet
+
+finish
