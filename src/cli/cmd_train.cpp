@@ -1,5 +1,6 @@
 // `attnlab train` and `attnlab init`, through the public API (include/attnlab/) alone.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "attnlab/attnlab.h"
@@ -34,8 +35,14 @@ void register_train(CLI::App& app) {
     auto* args = program_lifetime<ConfigArgs>();
     args->add_to(cmd);
     auto* out = program_lifetime<std::string>();
+    auto* force = program_lifetime<bool>();
     cmd->add_option("--out", *out, "checkpoint path (.safetensors)")->required();
-    cmd->callback([args, out] {
+    cmd->add_flag("--force", *force, "replace a file that is already at --out");
+    cmd->callback([args, out, force] {
+      // A checkpoint is hours of training: never replaced by a fresh model without being asked.
+      if (!*force && std::filesystem::exists(*out))
+        fail("--out ", *out, ": ", std::filesystem::is_directory(*out) ? "is a directory" : "a file is already there",
+             "; pass --force to replace it, or choose another path");
       const api::Config cfg = args->api_config();
       const api::Model model = api::Model::create(cfg, std::stoull(cfg.get("train.seed")));
       model.save(*out);

@@ -140,7 +140,7 @@ expect_error "tokenizer larger than the model" "set model.vocab_size = 400" \
 
 # 2. Two `init` to one path at once: both succeed and the file is one of them, whole.
 for i in 1 2 3 4; do
-  "$BIN" init --preset small --set train.seed=$i --out "$WORK/init.safetensors" >/dev/null 2>"$WORK/init$i.err" &
+  "$BIN" init --preset small --set train.seed=$i --out "$WORK/init.safetensors" --force >/dev/null 2>"$WORK/init$i.err" &
 done
 wait
 cnt=$(cat "$WORK"/init*.err | wc -c)

@@ -72,4 +72,12 @@ PY
 expect_error "adam.v = -1 is refused at load" "$WORK/negv.safetensors: tensor 'adam.v.ln_f.weight' holds a negative value" \
   "$BIN" train --resume "$WORK/negv.safetensors" --set train.steps=3 --quiet
 
+# 5. `init --out` over an existing checkpoint needs --force.
+cp "$ck" "$WORK/keep.safetensors"
+expect_error "init over a checkpoint needs --force" "--out $WORK/keep.safetensors: a file is already there; pass --force" \
+  "$BIN" init --preset tiny --out "$WORK/keep.safetensors"
+cmp -s "$ck" "$WORK/keep.safetensors" && ok "the checkpoint is untouched" || bad "init replaced the checkpoint"
+"$BIN" init --preset tiny --out "$WORK/keep.safetensors" --force >/dev/null 2>&1 && ! cmp -s "$ck" "$WORK/keep.safetensors" \
+  && ok "init --force replaces it" || bad "init --force"
+
 finish
