@@ -7,6 +7,7 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 
@@ -21,8 +22,10 @@ void register_compare(CLI::App& app) {
     add_skip_checksums_flag(cmd);
     cmd->add_option("--out", o->out_dir, "output directory (default runs/compare)");
     cmd->add_flag("--resume", o->resume, "continue the grid in --out: finished runs are skipped, a stopped run resumes from its last checkpoint");
-    cmd->add_option("--stop-after-runs", o->stop_after_runs, "stop after this many runs finish in this invocation (exit status 3)");
-    cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)");
+    cmd->add_option("--stop-after-runs", o->stop_after_runs, "stop after this many runs finish in this invocation (exit status 3)")
+        ->check(at_least(1));
+    cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)")
+        ->check(at_least(1));
     cmd->add_flag("--quiet", o->quiet, "no progress display");
     cmd->add_flag("--no-report", *no_report, "do not write report.html");
     cmd->add_flag("--summarize", o->summarize_only,

@@ -8,7 +8,9 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 #include "cli/plots.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 namespace {
@@ -195,18 +197,20 @@ void register_infer(CLI::App& app) {
     add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--data", a->data, "token shard (llm.c format, from `attnlab prepare`)")->required();
-    cmd->add_option("--seq-len", a->seq_len, "evaluation length (default: model.seq_len)");
-    cmd->add_option("--batch-size", a->batch_size, "sequences per batch")->check(CLI::PositiveNumber);
-    cmd->add_option("--batches", a->batches, "at most this many batches (default: the whole shard)");
+    cmd->add_option("--seq-len", a->seq_len, "evaluation length (0: model.seq_len)")->check(at_least(0, "0 = model.seq_len"));
+    cmd->add_option("--batch-size", a->batch_size, "sequences per batch")->check(at_least(1));
+    cmd->add_option("--batches", a->batches, "at most this many batches (0: the whole shard)")->check(at_least(0, "0 = the whole shard"));
     cmd->add_option("--lengths", a->lengths,
                     "length extrapolation (docs/long-context.md): BOS-prefixed blocks of these lengths, multiples of "
-                    "model.seq_len (1,2,4,8) or tokens with the suffix tok (3000tok)");
-    cmd->add_option("--tokens", a->tokens, "with --lengths: tokens scored per length (default: 2^20, or what the shard holds)");
+                    "model.seq_len (1,2,4,8) or tokens with the suffix tok (3000tok)")
+        ->check(not_empty("1,2,4,8"));
+    cmd->add_option("--tokens", a->tokens, "with --lengths: tokens scored per length (0: 2^20, or what the shard holds)")
+        ->check(at_least(0, "0 = 2^20 or what the shard holds"));
     cmd->add_option("--chunk", a->chunk, "with --lengths: tokens per KV-cached forward chunk (default: model.seq_len)")
-        ->check(CLI::PositiveNumber);
+        ->check(at_least(1));
     cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (default: model.seq_len)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (default 1, attnlab prepare's BOS)");
+        ->check(at_least(1));
+    cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (1: attnlab prepare's BOS)")->check(at_least(0));
     add_weights_option(cmd, a->weights);
     cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file, and a PNG next to it");
     cmd->add_flag("--no-plots", a->no_plots, "with --json: write the JSON only (no PNG)");
@@ -221,7 +225,8 @@ void register_infer(CLI::App& app) {
     cmd->add_option("--tokens", a->tokens, "llm.c shard, or text file with one sequence of ids per line")->required();
     cmd->add_option("--out", a->out, "output .npy (float32 [B, T, V])")->required();
     cmd->add_option("--max-tokens", a->max_tokens,
-                    "longest sequence allowed (default: model.seq_len); a longer shard is cut to its first N tokens");
+                    "longest sequence allowed (0: model.seq_len); a longer shard is cut to its first N tokens")
+        ->check(at_least(0, "0 = model.seq_len"));
     add_weights_option(cmd, a->weights);
     cmd->callback([a] { run_forward(*a); });
   }
@@ -231,11 +236,11 @@ void register_infer(CLI::App& app) {
     add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--prompt", a->prompt, "prompt text")->required();
-    cmd->add_option("-n", a->n, "tokens to generate");
+    cmd->add_option("-n", a->n, "tokens to generate")->check(in_range(0, kMaxSampleTokens));
     cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)");
-    cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)");
+    cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)")->check(at_least(0, "0 = all tokens"));
     cmd->add_flag("--quiet", a->quiet, "do not print the prefill and decode speed (stderr)");
-    cmd->add_option("--seed", a->seed, "sampling seed");
+    cmd->add_option("--seed", a->seed, "sampling seed")->check(seed_value());
     cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's data.tokenizer)");
     add_weights_option(cmd, a->weights);
     cmd->callback([a] { run_sample(*a); });

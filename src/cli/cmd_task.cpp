@@ -7,6 +7,7 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 #include "cli/plots.h"
 
 namespace attnlab::cli {
@@ -76,17 +77,23 @@ void register_task(CLI::App& app) {
   add_skip_checksums_flag(cmd);
   cmd->add_flag("--quiet", a->quiet, "with --train: no progress lines");
   cmd->add_option("--resume", a->resume, "with --train: resume exactly from a checkpoint of this task's run (give the same task options)");
-  cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run");
-  cmd->add_option("--keys", a->params.mqar_keys, "mqar: K distinct keys and K values (vocabulary 3 + 2K; default 64 in training, the checkpoint's in evaluation)");
-  cmd->add_option("--kv-pairs", a->params.kv_pairs, "mqar: key-value pairs per sample (default min(K, model.seq_len/8))");
-  cmd->add_option("--queries", a->params.queries, "mqar: queries per sample (default: the number of pairs)");
+  cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run")
+      ->check(at_least(1));
+  cmd->add_option("--keys", a->params.mqar_keys, "mqar: K distinct keys and K values (vocabulary 3 + 2K; default 64 in training, the checkpoint's in evaluation)")
+      ->check(at_least(1));
+  cmd->add_option("--kv-pairs", a->params.kv_pairs, "mqar: key-value pairs per sample (default min(K, model.seq_len/8))")
+      ->check(at_least(1));
+  cmd->add_option("--queries", a->params.queries, "mqar: queries per sample (default: the number of pairs)")->check(at_least(1));
   cmd->add_option("--checkpoint", a->checkpoint, "with --eval: checkpoint (.safetensors)");
-  cmd->add_option("--lengths", a->lengths, "with --eval: tokens read per sample, multiples of model.seq_len or N tok (default 1,2,4,8)");
-  cmd->add_option("--depths", a->depths, "with --eval, needle: depths in [0, 1] (default 0.1,0.3,0.5,0.7,0.9)");
-  cmd->add_option("--samples", a->samples, "with --eval: samples per length (and depth)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", a->seed, "with --eval: seed of the evaluation samples (training uses train.seed)");
-  cmd->add_option("--batch-size", a->batch_size, "with --eval: samples evaluated side by side")->check(CLI::PositiveNumber);
-  cmd->add_option("--chunk", a->chunk, "with --eval: tokens per KV-cached chunk (default model.seq_len)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lengths", a->lengths, "with --eval: tokens read per sample, multiples of model.seq_len or N tok")
+      ->check(not_empty("1,2,4,8"));
+  cmd->add_option("--depths", a->depths, "with --eval, needle: depths in [0, 1] (default 0.1,0.3,0.5,0.7,0.9)")
+      ->check(not_empty("0.1,0.5,0.9"));
+  cmd->add_option("--samples", a->samples, "with --eval: samples per length (and depth)")->check(at_least(1));
+  cmd->add_option("--seed", a->seed, "with --eval: seed of the evaluation samples (training uses train.seed)")
+      ->check(seed_value());
+  cmd->add_option("--batch-size", a->batch_size, "with --eval: samples evaluated side by side")->check(at_least(1));
+  cmd->add_option("--chunk", a->chunk, "with --eval: tokens per KV-cached chunk (default model.seq_len)")->check(at_least(1));
   cmd->add_option("--json", a->json, "with --eval: also write the report as JSON, and a PNG next to it");
   cmd->add_flag("--no-plots", a->no_plots, "with --eval --json: write the JSON only (no PNG)");
   cmd->add_option("--plot-script", a->plot_script, "with --eval --json: the plotting script (default: scripts/plot_long_context.py of the source tree)");

@@ -5,6 +5,7 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 
@@ -17,7 +18,8 @@ void register_train(CLI::App& app) {
     auto* params = program_lifetime<api::TrainParams>();
     params->quiet = false;  // the tool prints progress unless --quiet (the API's default is quiet)
     cmd->add_option("--resume", params->resume, "resume exactly from a checkpoint written by `attnlab train`");
-    cmd->add_option("--stop-after", params->stop_after, "stop with a checkpoint after this many steps in this run");
+    cmd->add_option("--stop-after", params->stop_after, "stop with a checkpoint after this many steps in this run")
+        ->check(at_least(1));
     cmd->add_flag("--quiet", params->quiet, "no progress lines");
     cmd->add_flag("--force", params->force,
                   "start a new run in a train.out_dir that holds an earlier run's checkpoints (they are deleted)");

@@ -33,7 +33,12 @@ std::vector<int> parse_lengths(const std::string& text, int train_len) {
     if (used != s.size() || !(v > 0))
       fail("--lengths entry '", item, "': expected a positive multiple of T_train (e.g. 4) or a length in tokens (e.g. 3000tok)");
     const double len = absolute ? v : v * train_len;
-    if (len != std::floor(len) || len > (1 << 30))
+    // Too long first: 1e9 × T_train is a whole number, just far beyond any data or memory.
+    if (len > (1 << 30))
+      fail("--lengths entry '", item, "': ", std::llround(std::min(len, 1e18)), " tokens", absolute ? "" : " (× T_train = ",
+           absolute ? "" : std::to_string(train_len), absolute ? "" : ")",
+           " is too long: at most 2^30 = 1073741824 tokens, and the data must hold that many");
+    if (len != std::floor(len))
       fail("--lengths entry '", item, "': ", len, " tokens is not a whole number of tokens (T_train = ", train_len, ")");
     if (len < 1) fail("--lengths entry '", item, "': a length must be at least 1 token");
     out.push_back((int)len);

@@ -80,4 +80,33 @@ cmp -s "$ck" "$WORK/keep.safetensors" && ok "the checkpoint is untouched" || bad
 "$BIN" init --preset tiny --out "$WORK/keep.safetensors" --force >/dev/null 2>&1 && ! cmp -s "$ck" "$WORK/keep.safetensors" \
   && ok "init --force replaces it" || bad "init --force"
 
+# 3. Arguments validated where they enter, with the limit in the message (and no 300-digit range).
+V=$WORK/d/val.bin
+expect_arg() {  # NAME PATTERN CMD...: exit 1, PATTERN on stderr, and no CLI11 "not in range" text
+  local name=$1 pattern=$2
+  shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<<"$err" && ! grep -q "not in range\|179769" <<<"$err"; then ok "$name"
+  else bad "$name (rc=$rc, stderr: $err)"; fi
+}
+expect_arg "compare --stop-after-runs -1" "--stop-after-runs: must be ≥ 1, got -1" "$BIN" compare "$WORK/none.toml" --stop-after-runs -1
+expect_arg "compare --stop-after-steps 0" "--stop-after-steps: must be ≥ 1, got 0" "$BIN" compare "$WORK/none.toml" --stop-after-steps 0
+expect_arg "task mqar --keys -5" "--keys: must be ≥ 1, got -5" "$BIN" task mqar --eval --checkpoint "$ck" --keys -5
+expect_arg "task mqar --queries -1" "--queries: must be ≥ 1, got -1" "$BIN" task mqar --eval --checkpoint "$ck" --queries -1
+expect_arg "task --samples 0" "--samples: must be ≥ 1, got 0" "$BIN" task passkey --eval --checkpoint "$ck" --samples 0
+expect_arg "sample --seed -1" "--seed: must be a whole number in [0, 2^64 - 1], got '-1'" "$BIN" sample --checkpoint "$ck" --prompt a --seed -1
+expect_arg "eval --lengths \"\"" "--lengths: must not be empty" "$BIN" eval --checkpoint "$ck" --data "$V" --lengths ""
+expect_arg "eval --batch-size 0" "--batch-size: must be ≥ 1, got 0" "$BIN" eval --checkpoint "$ck" --data "$V" --batch-size 0
+expect_arg "analyze --sequences 0" "--sequences: must be ≥ 1, got 0" "$BIN" analyze --checkpoint "$ck" --data "$V" --out "$WORK/an" --sequences 0
+expect_arg "bench --steps 0" "--steps: must be ≥ 1, got 0" "$BIN" bench --preset tiny --steps 0
+expect_arg "prepare --vocab 5" "--vocab: must be in [260, 65536], got 5" "$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/p" --vocab 5
+expect_arg "eval --lengths 1000000000" "1000000000': 32000000000 tokens (× T_train = 32) is too long: at most 2^30" \
+  "$BIN" eval --checkpoint "$ck" --data "$V" --lengths 1000000000
+# prepare --val-fraction: the help and the check say the same interval.
+help=$("$BIN" prepare --help 2>&1)
+expect_arg "prepare --val-fraction 0" "must be in (0, 0.5]" "$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/p" --val-fraction 0
+grep -qF "(0, 0.5]" <<<"$help" && ! grep -qF "[0 - 0.5]" <<<"$help" && ok "prepare --help gives the same interval" || bad "prepare --help: $(grep -F val-fraction <<<"$help")"
+
 finish
