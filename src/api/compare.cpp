@@ -9,6 +9,7 @@
 #include "core/denormals.h"
 #include "core/error.h"
 #include "experiment/compare.h"
+#include "experiment/compare/common.h"
 #include "experiment/report.h"
 
 namespace attnlab::api {
@@ -41,17 +42,15 @@ CompareResult run(const Grid& grid, const CompareParams& params) {
 
 // results.json as JSON, checked to be a compare document of this version; errors name the file.
 nlohmann::json read_results_document(const std::string& results_json) {
-  std::ifstream f(results_json);
-  if (!f) fail("results file ", results_json, ": cannot be opened");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    fail("results file ", results_json, ": not JSON (", e.what(), ")");
-  }
-  if (j.value("schema", "") != kCompareSchema) fail("results file ", results_json, ": schema is not ", kCompareSchema);
-  if (j.value("version", 0) != kCompareVersion)
-    fail("results file ", results_json, ": version ", j.value("version", 0), ", this tool reads ", kCompareVersion);
+  if (!std::ifstream(results_json)) fail("results file ", results_json, ": cannot be opened");
+  const nlohmann::json j = compare::read_json_file(results_json, "results file");
+  if (!j.is_object())
+    fail("results file ", results_json, ": is a JSON ", j.type_name(), ", not the object `attnlab compare` writes (schema ",
+         kCompareSchema, ")");
+  if (!j.contains("schema") || !j["schema"].is_string() || j["schema"] != kCompareSchema) fail("results file ", results_json, ": schema is not ", kCompareSchema);
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != kCompareVersion)
+    fail("results file ", results_json, ": version ", j.contains("version") ? j["version"].dump().substr(0, 40) : "missing",
+         ", this tool reads ", kCompareVersion);
   return j;
 }
 

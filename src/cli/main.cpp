@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #endif
 #include <cstdio>
+#include <new>
 
 #include "attnlab/version.h"
 #include "cli/common.h"
@@ -59,6 +60,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 1;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The sizes users give are checked against the machine's memory where they enter; what is
+    // left is an allocation nobody predicted: say so in words, not "std::bad_alloc".
+    std::fprintf(stderr, "attnlab: error: out of memory: an allocation failed (the sizes given, e.g. --sequences, "
+                         "--batch-size, --lengths or model.*, need more memory than this machine has)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());

@@ -39,4 +39,10 @@ inline bool is_printable_text(const std::string& s) {
   return true;
 }
 
+// `s` itself when it is printable text, else printable(s): for text that is usually plain (a key,
+// a path, a `--set` argument) but may hold anything.
+inline std::string shown(const std::string& s, size_t limit = 120) {
+  return is_printable_text(s) && s.size() <= limit ? s : printable(s, limit);
+}
+
 }  // namespace attnlab

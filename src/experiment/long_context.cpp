@@ -8,19 +8,20 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "checkpoint/checkpoint.h"
 
 namespace attnlab {
 
-std::vector<int> parse_lengths(const std::string& text, int train_len) {
+std::vector<int> parse_lengths(const std::string& text, int train_len, const std::string& source) {
   std::vector<int> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b == std::string::npos) fail("--lengths '", text, "': empty entry");
+    if (b == std::string::npos) fail(source, " ", printable(text), ": empty entry");
     std::string s = item.substr(b, e - b + 1);
     bool absolute = false;
     if (s.size() > 3 && s.compare(s.size() - 3, 3, "tok") == 0) {
@@ -31,19 +32,19 @@ std::vector<int> parse_lengths(const std::string& text, int train_len) {
     double v = 0;
     try { v = std::stod(s, &used); } catch (...) { used = 0; }
     if (used != s.size() || !(v > 0))
-      fail("--lengths entry '", item, "': expected a positive multiple of T_train (e.g. 4) or a length in tokens (e.g. 3000tok)");
+      fail(source, " entry ", printable(item), ": expected a positive multiple of T_train (e.g. 4) or a length in tokens (e.g. 3000tok)");
     const double len = absolute ? v : v * train_len;
     // Too long first: 1e9 × T_train is a whole number, just far beyond any data or memory.
     if (len > (1 << 30))
-      fail("--lengths entry '", item, "': ", std::llround(std::min(len, 1e18)), " tokens", absolute ? "" : " (× T_train = ",
+      fail(source, " entry ", printable(item), ": ", std::llround(std::min(len, 1e18)), " tokens", absolute ? "" : " (× T_train = ",
            absolute ? "" : std::to_string(train_len), absolute ? "" : ")",
            " is too long: at most 2^30 = 1073741824 tokens, and the data must hold that many");
     if (len != std::floor(len))
-      fail("--lengths entry '", item, "': ", len, " tokens is not a whole number of tokens (T_train = ", train_len, ")");
-    if (len < 1) fail("--lengths entry '", item, "': a length must be at least 1 token");
+      fail(source, " entry ", printable(item), ": ", len, " tokens is not a whole number of tokens (T_train = ", train_len, ")");
+    if (len < 1) fail(source, " entry ", printable(item), ": a length must be at least 1 token");
     out.push_back((int)len);
   }
-  if (out.empty()) fail("--lengths '", text, "': no lengths");
+  if (out.empty()) fail(source, " ", printable(text), ": no lengths");
   return out;
 }
 

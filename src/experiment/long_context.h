@@ -21,8 +21,8 @@ class GPT;
 
 // "1,2,4,8" are multiples of T_train; an entry with the suffix "tok" is an absolute length in
 // tokens ("1,2,3000tok"). Fractional multiples are allowed when they give a whole number of
-// tokens. Errors name the entry.
-std::vector<int> parse_lengths(const std::string& text, int train_len);
+// tokens. Errors name the entry and `source` (the option, or a grid file's line).
+std::vector<int> parse_lengths(const std::string& text, int train_len, const std::string& source = "--lengths");
 
 struct LengthEvalOptions {
   std::vector<int> lengths;     // absolute, in tokens (parse_lengths)

@@ -109,4 +109,43 @@ help=$("$BIN" prepare --help 2>&1)
 expect_arg "prepare --val-fraction 0" "must be in (0, 0.5]" "$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/p" --val-fraction 0
 grep -qF "(0, 0.5]" <<<"$help" && ! grep -qF "[0 - 0.5]" <<<"$help" && ok "prepare --help gives the same interval" || bad "prepare --help: $(grep -F val-fraction <<<"$help")"
 
+# 4. Every error names its source.
+printf '[]' >"$WORK/array.json"; printf 'null' >"$WORK/null.json"
+expect_error "report on []" "results file $WORK/array.json: is a JSON array, not the object" "$BIN" report "$WORK/array.json"
+expect_error "report on null" "results file $WORK/null.json: is a JSON null, not the object" "$BIN" report "$WORK/null.json"
+printf '{"schema": "attnlab.compare", "version": 1, "runs": [{"id": "a"' >"$WORK/trunc.json"
+expect_error "report on a truncated results.json" "results file $WORK/trunc.json, line 1, column 60: not valid JSON" "$BIN" report "$WORK/trunc.json"
+err=$("$BIN" report "$WORK/trunc.json" 2>&1)
+grep -q "ends early" <<<"$err" && ! grep -q "json.exception" <<<"$err" && ok "truncated: says so, no parser prefix" || bad "truncated: $err"
+expect_error "analyze --sequences 2000000000" "--sequences 2000000000 needs 264.0 GB (2000000000 windows of 33 tokens)" \
+  "$BIN" analyze --checkpoint "$ck" --data "$V" --out "$WORK/an" --sequences 2000000000
+expect_error "prepare --input /dev/zero" "prepare input /dev/zero: holds a NUL byte at offset 0: not a text file" \
+  "$BIN" prepare --input /dev/zero --out "$WORK/pz"
+expect_error "--set model.n_head=3 is blamed on --set" \
+  "--set model.n_head=3: model.d_model = 64 (preset tiny:3) is not divisible by model.n_head = 3 (--set model.n_head=3)" \
+  "$BIN" info --preset tiny --set model.n_head=3
+cat >"$WORK/lengths0.toml" <<TOML
+preset = "tiny"
+set = ["model.vocab_size=400", "data.dir=\"$WORK/d\""]
+steps = 2
+lengths = "0"
+[variants.rope]
+set = ["attn.pos=rope"]
+TOML
+expect_error "grid lengths = \"0\" names the grid line" "$WORK/lengths0.toml:4: lengths entry '0': expected a positive" \
+  "$BIN" compare "$WORK/lengths0.toml" --out "$WORK/l0"
+# Binary bytes given as a config or a grid are escaped, never echoed raw.
+printf 'model.n_layer = \x1b[31mred\x07\n' >"$WORK/bin1.toml"
+printf '\x7fELF\x02\x01\x01\x00\x1b]0;owned\x07\n' >"$WORK/bin2.toml"
+for f in bin1 bin2; do
+  for cmd in "info --config" "compare"; do
+    err=$("$BIN" $cmd "$WORK/$f.toml" 2>&1 >/dev/null)
+    rc=$?
+    want='\x1b'; [ $f = bin2 ] && want='\x7fELF'
+    [ "$f $cmd" = "bin1 compare" ] && want="unknown grid key 'model.n_layer'"
+    if [ $rc -eq 1 ] && grep -qF "$WORK/$f.toml:1" <<<"$err" && grep -qF "$want" <<<"$err" && ! grep -q $'\x1b' <<<"$err" \
+       && ! grep -q $'\x07' <<<"$err"; then ok "$cmd $f: escaped"; else bad "$cmd $f: rc=$rc $(cat -v <<<"$err")"; fi
+  done
+done
+
 finish

@@ -1,5 +1,6 @@
 #include "experiment/compare/common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,28 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  const std::string text = read_text(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is 1-based, one past the offending character.
+    const size_t at = std::min(text.size(), e.byte > 0 ? size_t(e.byte - 1) : size_t(0));
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') ++line, column = 1;
+      else ++column;
+    }
+    // The parser's own words, without its "[json.exception.parse_error.101] parse error at ...: " prefix.
+    std::string why = e.what();
+    const size_t colon = why.find(": ");
+    if (colon != std::string::npos) why = why.substr(colon + 2);
+    const bool truncated = at >= text.size() || text.find_first_not_of(" \t\r\n", at) == std::string::npos;
+    fail(what, " ", path, ", line ", line, ", column ", column, ": not valid JSON (", why, ")",
+         truncated ? "; the file ends early (truncated?)" : "");
+  }
 }
 
 std::string sets_text(const std::vector<std::string>& sets) {

@@ -85,7 +85,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       Run run{&v, seed, id, resolve_config(as), {}};
       check_training_memory("variant " + v.name, run.cfg);
       if (!grid.lengths.empty())  // a bad entry fails before any training
-        check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len),
+        check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len, grid.lengths_origin),
                                 LengthEvalOptions{}.batch_size);
       for (const auto& t : grid.tasks) {
         std::vector<Assignment> ts = run_assignments(grid, v);
@@ -114,7 +114,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
                " tokens, so model.seq_len must be at least ", gen->min_length() - 1, " (it is ", tr.cfg.model.seq_len,
                "); set it in the task: [tasks.", t.name, "] set = [\"model.seq_len=", gen->min_length() - 1, "\"]");
         check_evaluation_memory("[tasks." + t.name + "] lengths = \"" + t.lengths + "\"", tr.cfg,
-                                parse_lengths(t.lengths, tr.cfg.model.seq_len), tasks::TaskEvalOptions{}.batch_size);
+                                parse_lengths(t.lengths, tr.cfg.model.seq_len, t.lengths_origin), tasks::TaskEvalOptions{}.batch_size);
         run.tasks.push_back(std::move(tr));
       }
       runs.push_back(std::move(run));

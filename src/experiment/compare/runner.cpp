@@ -126,9 +126,9 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
         if (!fs::exists(path)) continue;
         json stored;
         try {
-          stored = json::parse(read_text(path.string()));
-        } catch (const json::exception& e) {
-          fail("compare: ", path.string(), " is not valid JSON (", e.what(), "): delete ", (runs_dir / r.id).string(), " to redo this run");
+          stored = read_json_file(path.string(), "compare: run record");
+        } catch (const Error& e) {
+          fail(e.what(), ": delete ", (runs_dir / r.id).string(), " to redo this run");
         }
         const std::string d = data_differences(stored, data_of(r.cfg));
         if (!d.empty()) mixed += "\n  " + path.string() + ": " + d;
@@ -170,7 +170,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     const std::string result_path = (dir / "result.json").string();
     const json grid_evals = evaluations_json(grid, run);
     if (fs::exists(result_path)) {
-      const json done = json::parse(read_text(result_path));
+      const json done = read_json_file(result_path, "compare: run record");
       const std::string diff = done.contains("config") ? config_differences(done["config"], run_config_json(run.cfg)) : "no config recorded";
       if (!diff.empty())
         fail("compare: ", result_path, " is the result of another configuration than this grid gives the run (", diff,
@@ -203,7 +203,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       if (!ck.empty() && ck_step >= 0) {
         if (!opts.resume) fail("compare: ", dir.string(), " holds checkpoints: pass --resume");
         if (fs::exists(progress_path)) {
-          const json old = json::parse(read_text(progress_path));
+          const json old = read_json_file(progress_path, "compare: run progress");
           for (const auto& e : old["train"]) if (e[0].get<int64_t>() <= ck_step) progress["train"].push_back(e);
           for (const auto& e : old["val"]) if (e[0].get<int64_t>() <= ck_step) progress["val"].push_back(e);
         }
@@ -327,7 +327,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     if (!grid.lengths.empty() && run.budget_factor == 0) {
       status("validation loss at lengths " + grid.lengths + " × T_train (" + std::to_string(grid.length_tokens) + " tokens each)");
       LengthEvalOptions lo;
-      lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len);
+      lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len, grid.lengths_origin);
       lo.token_budget = (size_t)grid.length_tokens;
       const LengthEvalReport rep = evaluate_lengths([&] { return load_model(); }, val, lo);
       json lj = length_report_json(rep);
@@ -360,7 +360,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
              std::to_string(t.task->samples) + " samples each)");
       const std::string tmodel = (t.dir / "model.safetensors").string();
       tasks::TaskEvalOptions eo;
-      eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len);
+      eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len, t.task->lengths_origin);
       eo.samples = t.task->samples;
       eo.seed = 1;
       const auto rep = tasks::evaluate_task(
@@ -421,7 +421,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   }
   for (const auto& r : runs) {
     if (!fs::exists(runs_dir / r.id / "result.json")) continue;  // --summarize of an unfinished grid
-    json one = json::parse(read_text((runs_dir / r.id / "result.json").string()));
+    json one = read_json_file((runs_dir / r.id / "result.json").string(), "compare: run record");
     val_tokens = one["val_tokens"].get<long long>();
     all.push_back(one);
   }
