@@ -17,8 +17,9 @@ namespace {
 
 double number(const nlohmann::json& j) { return j.is_number() ? j.get<double>() : NAN; }
 
-CompareResult run(const Grid& grid, const CompareParams& params) {
+CompareResult run(const Grid& grid, const CompareParams& params, const std::string& grid_path) {
   CompareOptions o;
+  o.grid_path = grid_path;
   o.out = params.out_dir;
   o.resume = params.resume;
   o.quiet = params.quiet;
@@ -59,11 +60,11 @@ nlohmann::json read_results_document(const std::string& results_json) {
 CompareParams default_compare_params() { return CompareParams{}; }
 
 CompareResult compare_grid_file(const std::string& path, const CompareParams& params) {
-  return run(parse_grid_file(path), params);
+  return run(parse_grid_file(path), params, path);
 }
 
 CompareResult compare_grid_text(const std::string& text, const CompareParams& params, const std::string& origin) {
-  return run(parse_grid_text(text, origin), params);
+  return run(parse_grid_text(text, origin), params, "");
 }
 
 CompareResult read_compare_results(const std::string& results_json) {

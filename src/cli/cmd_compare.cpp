@@ -3,6 +3,7 @@
 // alone. Formats: docs/compare.md.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "attnlab/attnlab.h"
@@ -39,13 +40,14 @@ void register_compare(CLI::App& app) {
   {
     auto* in = program_lifetime<std::string>();
     auto* out = program_lifetime<std::string>();
-    *out = "report.html";
     auto* cmd = app.add_subcommand("report", "write the self-contained HTML report of a compare results.json");
     cmd->add_option("results", *in, "results.json written by `attnlab compare`")->required();
-    cmd->add_option("--out", *out, "HTML file (default report.html)");
+    cmd->add_option("--out", *out, "HTML file (default: report.html beside the results file, where compare writes it)");
     cmd->callback([in, out] {
-      api::write_compare_report(*in, *out);
-      std::printf("wrote %s\n", out->c_str());
+      // Beside results.json by default, not in whatever directory the command happens to run in.
+      const std::string html = !out->empty() ? *out : (std::filesystem::path(*in).parent_path() / "report.html").string();
+      api::write_compare_report(*in, html);
+      std::printf("wrote %s\n", html.c_str());
     });
   }
 }

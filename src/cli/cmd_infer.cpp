@@ -80,7 +80,7 @@ void run_eval(const EvalArgs& a) {
   p.batches = a.batches;
   p.weights = weights_of(a.weights);
   const api::EvalResult r = api::evaluate(a.checkpoint, a.data, p);
-  std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.3f\n", a.checkpoint.c_str(), a.data.c_str(),
+  std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.5g\n", a.checkpoint.c_str(), a.data.c_str(),
               r.seq_len, r.tokens, r.loss, r.perplexity);
 }
 
@@ -144,6 +144,14 @@ void run_sample(const SampleArgs& a) {
     n = seq_len - prompt_len;
     std::fprintf(stderr, "note: learned positions end at model.seq_len = %d; generating %d tokens\n", seq_len, n);
   }
+  // RoPE and no positions (NoPE) are not built to extrapolate (docs/long-context.md: RoPE's recall
+  // falls below chance beyond T_train); ALiBi and GOAT are. Say so before the text degrades.
+  const std::string pos = cfg.get("attn.pos");
+  if ((pos == "rope" || pos == "none") && prompt_len + n > seq_len)
+    std::fprintf(stderr,
+                 "warning: the context reaches %d tokens, beyond model.seq_len = %d the model was trained on; attn.pos = %s "
+                 "does not extrapolate, so the text after token %d may degrade (use -n %d or less to stay within it)\n",
+                 prompt_len + n, seq_len, pos.c_str(), seq_len, std::max(0, seq_len - prompt_len));
   api::SamplingParams sp = api::default_sampling_params();
   sp.temperature = a.temperature;
   sp.top_k = a.top_k;

@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   CLI::App app{"attnlab: transformer attention-mechanism lab (train, evaluate, sample, compare) on CPU"};
   app.set_version_flag("--version", std::string("attnlab ") + attnlab::api::library_version());
   app.require_subcommand(1);
+  // Every option's help line shows its default ("[8]"); subcommands inherit this setting.
+  app.option_defaults()->always_capture_default();
   attnlab::cli::register_data(app);
   attnlab::cli::register_train(app);
   attnlab::cli::register_infer(app);

@@ -89,6 +89,7 @@ struct CompareOptions {
   bool quiet = false;           // no progress display
   bool report = true;           // write report.html
   bool summarize_only = false;  // train nothing: write the documents from the runs finished so far (marked partial)
+  std::string grid_path;        // the grid file, for the resume hint ("" when the grid came as text: GRID)
 };
 
 // Runs (or resumes) the grid. Returns true when every run is done (results.json, results.md and

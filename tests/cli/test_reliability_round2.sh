@@ -148,4 +148,65 @@ for f in bin1 bin2; do
   done
 done
 
+# 7. Small things a user sees.
+# Perplexity with %g: a model whose logits are huge (wte × 1000) has a loss whose exp has 180+ digits.
+python3 - "$ck" "$WORK/huge.safetensors" <<'PY'
+import json, struct, sys, array
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+lo, hi = h["wte"]["data_offsets"]
+w = array.array("f", bytes(b[8 + n + lo:8 + n + hi]))
+for i in range(len(w)):
+    w[i] *= 30.0
+b[8 + n + lo:8 + n + hi] = w.tobytes()
+open(sys.argv[2], "wb").write(b)
+PY
+out=$("$BIN" eval --checkpoint "$WORK/huge.safetensors" --data "$V" --batches 1 --skip-checksums 2>&1)
+ppl=$(sed -n 's/.*perplexity \([^ ]*\)$/\1/p' <<<"$out")
+[ -n "$ppl" ] && [ ${#ppl} -le 12 ] && ok "perplexity printed with %g ($ppl)" || bad "perplexity: $out"
+# The resume hint names the grid's path; a stopped run keeps model.safetensors and one step file.
+cat >"$WORK/g.toml" <<TOML
+preset = "tiny"
+set = ["model.vocab_size=400", "data.dir=\"$WORK/d\"", "train.eval_every=0"]
+steps = 6
+ckpt_every = 1
+[variants.rope]
+set = ["attn.pos=rope"]
+TOML
+out=$("$BIN" compare "$WORK/g.toml" --out "$WORK/gout" --stop-after-steps 3 --quiet 2>&1)
+rc=$?
+[ $rc -eq 3 ] && grep -qF "continue with \`attnlab compare $WORK/g.toml --out $WORK/gout --resume\`" <<<"$out" \
+  && ok "the resume hint names the grid" || bad "resume hint: rc=$rc $out"
+run_dir=$(ls -d "$WORK"/gout/runs/* 2>/dev/null | head -1)
+kept=$(cd "$run_dir" 2>/dev/null && ls *.safetensors | tr '\n' ' ')
+[ "$kept" = "model.safetensors step_000003.safetensors " ] && ok "a stopped run keeps model + the newest step file" \
+  || bad "checkpoints kept after a stop: '$kept'"
+# `report` writes next to results.json by default, wherever it is run from.
+mkdir -p "$WORK/rep" "$WORK/elsewhere"
+cp "$SRC/tests/data/compare_results.json" "$WORK/rep/results.json"
+(cd "$WORK/elsewhere" && "$BIN" report "$WORK/rep/results.json" >/dev/null 2>&1)
+[ -s "$WORK/rep/report.html" ] && [ ! -e "$WORK/elsewhere/report.html" ] && ok "report writes beside results.json" \
+  || bad "report default path"
+# sample warns when the context passes T_train under positions that do not extrapolate (tiny: rope, 32).
+err=$("$BIN" sample --checkpoint "$ck" --prompt a -n 40 --quiet 2>&1 >/dev/null)
+grep -q "beyond model.seq_len = 32 .* attn.pos = rope does not extrapolate" <<<"$err" && ok "sample warns beyond T_train" \
+  || bad "sample warning: $err"
+err=$("$BIN" sample --checkpoint "$ck" --prompt a -n 5 --quiet 2>&1 >/dev/null)
+! grep -q "extrapolate" <<<"$err" && ok "no warning within T_train" || bad "warning within T_train: $err"
+# --help shows every default.
+h=$("$BIN" eval --help 2>&1)
+grep -q -- "--batch-size.*\[8\]" <<<"$h" && grep -q -- "--bos.*\[1\]" <<<"$h" && ok "--help shows defaults" || bad "eval --help: $h"
+# analyze --bootstrap 0 on a DAR model still draws rescue_gain.png (without error bars).
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  "$BIN" train "${common[@]}" --set "train.out_dir=\"$WORK/dar\"" --set train.steps=2 --set train.eval_every=0 \
+    --set residual.kind=dar --quiet >/dev/null 2>&1 || bad "train dar"
+  "$BIN" analyze --checkpoint "$WORK/dar/model.safetensors" --data "$V" --sequences 4 --bootstrap 0 --out "$WORK/dar_an" \
+    >"$WORK/dar_an.log" 2>&1
+  [ -s "$WORK/dar_an/rescue_gain.png" ] && ok "analyze --bootstrap 0 draws rescue_gain.png" \
+    || bad "rescue_gain.png missing: $(tail -5 "$WORK/dar_an.log")"
+else
+  echo "SKIP: rescue_gain.png (no matplotlib for /usr/bin/python3)"
+fi
+
 finish

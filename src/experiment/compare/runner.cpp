@@ -76,6 +76,21 @@ int64_t train_in(const Config& cfg, const fs::path& dir, TrainOptions to, TrainD
   return ts.steps;
 }
 
+// A word as the shell reads it back: as is when it holds only safe characters, else single-quoted.
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The command that continues this grid, to paste: the grid's own path when it came from a file.
+std::string resume_command(const CompareOptions& opts) {
+  return "attnlab compare " + (opts.grid_path.empty() ? std::string("GRID") : shell_word(opts.grid_path)) + " --out " +
+         shell_word(opts.out) + " --resume";
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -185,7 +200,8 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     }
     if (opts.summarize_only) continue;  // not finished: left out of the summary
     if (opts.stop_after_runs >= 0 && finished_here >= opts.stop_after_runs) {
-      std::printf("compare: stopped after %d run(s) (--stop-after-runs); continue with --resume\n", finished_here);
+      std::printf("compare: stopped after %d run(s) (--stop-after-runs); continue with `%s`\n", finished_here,
+                  resume_command(opts).c_str());
       return false;
     }
     const Config& cfg = run.cfg;
@@ -265,8 +281,9 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     write_file_atomic(progress_path, progress.dump());
     if (tty && !opts.quiet && printed) std::printf("\n");
     if (reached < steps) {
-      std::printf("compare: %s stopped at step %lld of %d%s; continue with `attnlab compare GRID --out %s --resume`\n", run.id.c_str(),
-                  (long long)reached, steps, interrupted ? " (interrupted)" : "", opts.out.c_str());
+      keep_newest_step_checkpoint(dir);
+      std::printf("compare: %s stopped at step %lld of %d%s; continue with `%s`\n", run.id.c_str(),
+                  (long long)reached, steps, interrupted ? " (interrupted)" : "", resume_command(opts).c_str());
       return false;
     }
 
@@ -351,8 +368,10 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       const int64_t treached = train_in(t.cfg, t.dir, tto, &data, opts.resume, &interrupted);
       if (tty && !opts.quiet && printed) std::printf("\n");
       if (treached < t.cfg.train.steps) {
-        std::printf("compare: %s task %s stopped at step %lld of %d%s; continue with `attnlab compare GRID --out %s --resume`\n", run.id.c_str(),
-                    name.c_str(), (long long)treached, t.cfg.train.steps, interrupted ? " (interrupted)" : "", opts.out.c_str());
+        keep_newest_step_checkpoint(t.dir);
+        std::printf("compare: %s task %s stopped at step %lld of %d%s; continue with `%s`\n", run.id.c_str(),
+                    name.c_str(), (long long)treached, t.cfg.train.steps, interrupted ? " (interrupted)" : "",
+                    resume_command(opts).c_str());
         return false;
       }
       prune_step_checkpoints(t.dir, -1);
