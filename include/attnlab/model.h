@@ -51,6 +51,7 @@ struct Generation {
   int generated = 0;            // ids generated (n, or fewer when the callback stopped it)
   double prefill_seconds = 0;   // the prompt's one cached forward
   double decode_seconds = 0;    // the generated − 1 single-id forwards, with sampling and the callbacks
+  bool interrupted = false;     // stopped by Ctrl-C / SIGTERM (streaming generate only): `ids` are those drawn so far
 };
 
 // The bandwidth bound of decoding (docs/performance.md, "Decode"): the bytes one decode step must

@@ -53,11 +53,12 @@ AnalyzeResult analyze(const std::string& checkpoint, const std::string& data, co
   opt.bootstrap = params.bootstrap;
   opt.seed = params.seed;
   opt.rescue_by_depth = params.rescue_by_depth;
+  opt.progress = progress_fn(params.on_progress);
   if (params.on_start) params.on_start(T);
   nlohmann::json j;
   {
     ScopedFlushDenormals flush;
-    j = attnlab::analyze(*model, seqs, corrupt, params.sequences, T, opt);
+    j = interruptible([&] { return attnlab::analyze(*model, seqs, corrupt, params.sequences, T, opt); });
   }
   j["checkpoint"] = checkpoint;
   j["data"] = data;

@@ -9,6 +9,7 @@
 #include "cli/common.h"
 #include "cli/validators.h"
 #include "cli/plots.h"
+#include "cli/progress_line.h"
 
 namespace attnlab::cli {
 namespace {
@@ -28,6 +29,7 @@ void run_analyze(const AnalyzeArgs& a) {
   p.bootstrap = a.bootstrap;
   p.seed = a.seed;
   p.rescue_by_depth = !a.no_rescue_by_depth;
+  p.on_progress = progress_line();
   p.on_start = [&](int T) {
     std::printf("analyze %s on %s: %d sequences of %d tokens (seed %llu)\n", a.checkpoint.c_str(), a.data.c_str(), a.sequences, T,
                 (unsigned long long)a.seed);

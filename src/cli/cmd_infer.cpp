@@ -10,6 +10,7 @@
 #include "cli/common.h"
 #include "cli/validators.h"
 #include "cli/plots.h"
+#include "cli/progress_line.h"
 #include "cli/validators.h"
 
 namespace attnlab::cli {
@@ -60,6 +61,7 @@ void run_length_eval(const EvalArgs& a) {
   p.bucket = a.bucket;
   p.bos = a.bos;
   p.weights = weights_of(a.weights);
+  p.on_progress = progress_line();
   const api::LengthSweep sweep = api::evaluate_lengths(a.checkpoint, a.data, p);
   std::printf("eval %s on %s\n%s", a.checkpoint.c_str(), a.data.c_str(), sweep.table.c_str());
   if (!a.json.empty()) {
@@ -116,6 +118,57 @@ void run_forward(const ForwardArgs& a) {
   std::printf("wrote %s: logits [%d, %d, %d]\n", a.out.c_str(), B, T, V);
 }
 
+// Prints the text of a growing id sequence as it grows, in O(window) per id: the text of a segment
+// of ids is decoded together with the id before it, whose own text is cut off, so that a word's
+// leading space (SentencePiece's ▁) survives the segment boundary; a new segment starts every 64
+// ids. A trailing U+FFFD (a UTF-8 character whose bytes are not all drawn yet) is held back.
+class TextStream {
+ public:
+  TextStream(const api::Tokenizer& tok, const std::vector<int32_t>& prompt) : tok_(tok), ids_(prompt) {
+    std::fputs(tok_.decode(ids_).c_str(), stdout);
+    std::fflush(stdout);
+    start_ = ids_.size();
+  }
+  void add(int32_t id) {
+    ids_.push_back(id);
+    flush_segment(false);
+    if (ids_.size() - start_ >= 64) {
+      flush_segment(true);
+      start_ = ids_.size();
+      emitted_ = 0;
+    }
+  }
+  void finish() {
+    flush_segment(true);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  void flush_segment(bool all) {
+    if (ids_.size() == start_) return;
+    const std::vector<int32_t> seg(ids_.begin() + std::ptrdiff_t(start_ - (start_ > 0 ? 1 : 0)), ids_.end());
+    std::string text = tok_.decode(seg);
+    if (start_ > 0) {
+      const std::string before = tok_.decode({ids_[start_ - 1]});
+      if (text.compare(0, before.size(), before) != 0) return;  // not separable yet: wait for more ids
+      text.erase(0, before.size());
+    }
+    static const std::string replacement = "\xEF\xBF\xBD";
+    size_t end = text.size();
+    if (!all && end >= replacement.size() && text.compare(end - replacement.size(), replacement.size(), replacement) == 0)
+      end -= replacement.size();
+    if (end > emitted_) {
+      std::fwrite(text.data() + emitted_, 1, end - emitted_, stdout);
+      std::fflush(stdout);
+      emitted_ = end;
+    }
+  }
+  const api::Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  size_t start_ = 0, emitted_ = 0;
+};
+
 void run_sample(const SampleArgs& a) {
   // The options first, each error naming the option.
   if (!std::isfinite(a.temperature) || a.temperature < 0)
@@ -158,8 +211,16 @@ void run_sample(const SampleArgs& a) {
   sp.seed = a.seed;
   // (Among the tokenizer's ids: a model vocabulary larger than the tokenizer's has rows no text can decode.)
   sp.vocab_limit = std::min(V, tok.vocab_size());
-  const api::Generation g = model.generate(ids, n, sp, nullptr);
-  std::printf("%s\n", tok.decode(g.ids).c_str());
+  // The text streams as it is generated: the prompt first, then each id's piece when it is drawn.
+  TextStream stream(tok, ids);
+  const api::Generation g = model.generate(ids, n, sp, [&](int32_t id) {
+    stream.add(id);
+    return true;
+  });
+  stream.finish();
+  if (g.interrupted)
+    throw Interrupted("interrupted after " + std::to_string(g.generated) + " of " + std::to_string(n) +
+                      " tokens (the text so far is above); run the command again to sample anew (the same --seed gives the same text)");
   // Speed on stderr (stdout is the text): prefill = the prompt in one cached forward; decode = the
   // n − 1 single-token forwards plus sampling.
   if (!a.quiet) {

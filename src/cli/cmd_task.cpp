@@ -9,6 +9,7 @@
 #include "cli/common.h"
 #include "cli/validators.h"
 #include "cli/plots.h"
+#include "cli/progress_line.h"
 
 namespace attnlab::cli {
 namespace {
@@ -53,6 +54,7 @@ void run_task(TaskArgs& a) {
   o.seed = a.seed;
   o.batch_size = a.batch_size;
   o.chunk = a.chunk;
+  o.on_progress = progress_line();
   const api::TaskEvalResult rep = api::evaluate_task(a.checkpoint, a.params, o);
   std::printf("%s", rep.table.c_str());
   if (!a.json.empty()) {

@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
     // CLI11 prints the message (or the help text) and returns its own codes (104-109 for bad
     // arguments); the documented status of every error is 1, and --help / --version stay 0.
     return app.exit(e) == 0 ? 0 : 1;
+  } catch (const attnlab::Interrupted& e) {
+    // Ctrl-C during long work: the documented status of a stop that can be continued, as training's.
+    std::fprintf(stderr, "\nattnlab: %s\n", e.what());
+    return 3;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;

@@ -209,4 +209,42 @@ else
   echo "SKIP: rescue_gain.png (no matplotlib for /usr/bin/python3)"
 fi
 
+# 6. Long work shows progress with an ETA, stops on Ctrl-C with exit 3, and absurd sizes are refused first.
+err=$("$BIN" analyze --checkpoint "$ck" --data "$V" --out "$WORK/an6" --sequences 8 --batch-size 4 --no-plots 2>&1 >/dev/null)
+grep -q "^analyze: 8/8 windows (100%), ETA 0:00" <<<"$err" && ok "analyze shows progress" || bad "analyze progress: $err"
+err=$("$BIN" eval --checkpoint "$ck" --data "$V" --lengths 1,2 --tokens 256 2>&1 >/dev/null)
+grep -q "^length 64: 256/512 tokens (50%), ETA\|^length 64: 512/512 tokens (100%), ETA 0:00" <<<"$err" && ok "eval --lengths shows progress" \
+  || bad "eval --lengths progress: $err"
+"$BIN" task passkey --train --preset tiny --set "train.out_dir=\"$WORK/pk\"" --set train.steps=2 --set train.eval_every=0 \
+  --quiet >/dev/null 2>&1 || bad "task passkey --train"
+err=$("$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 1,2 --samples 16 2>&1 >/dev/null)
+grep -q "^passkey at 64 tokens: 32/32 samples (100%), ETA 0:00" <<<"$err" && ok "task --eval shows progress" || bad "task --eval progress: $err"
+expect_error "an absurd task length is refused with the memory figure" "needs" \
+  "$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 100000000tok --samples 1
+err=$("$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 100000000tok --samples 1 2>&1)
+grep -q "evaluating at 100000000 tokens needs [0-9.]* GB (the KV cache" <<<"$err" && ok "… naming the bytes" || bad "absurd length: $err"
+# Ctrl-C: a long task evaluation stops at its next batch with exit 3 and says what to do.
+"$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 8 --samples 1000000 >/dev/null 2>"$WORK/int.err" &
+pid=$!
+for _ in $(seq 1 200); do grep -q "samples" "$WORK/int.err" 2>/dev/null && break; sleep 0.05; done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 3 ] && grep -q "attnlab: interrupted (signal 2) at passkey at 256 tokens, [0-9]* of 1000000 samples done; nothing was written" "$WORK/int.err" \
+  && ok "task --eval: Ctrl-C exits 3 with a hint" || bad "task --eval Ctrl-C: rc=$rc $(tail -2 "$WORK/int.err")"
+# sample streams its text as it is generated, and Ctrl-C stops it with exit 3.
+"$BIN" sample --checkpoint "$ck" --prompt "In the beginning" -n 1000000 --quiet >"$WORK/stream.out" 2>"$WORK/stream.err" &
+pid=$!
+for _ in $(seq 1 200); do [ "$(wc -c <"$WORK/stream.out")" -gt 40 ] && break; sleep 0.05; done
+size=$(wc -c <"$WORK/stream.out")
+kill -INT $pid
+wait $pid
+rc=$?
+[ "$size" -gt 40 ] && ok "sample streams its text ($size bytes before the end)" || bad "sample did not stream ($size bytes)"
+[ $rc -eq 3 ] && grep -q "interrupted after [0-9]* of 1000000 tokens" "$WORK/stream.err" && ok "sample: Ctrl-C exits 3" \
+  || bad "sample Ctrl-C: rc=$rc $(cat "$WORK/stream.err")"
+# A short sample's streamed text is the text of all its ids (as before streaming).
+out=$("$BIN" sample --checkpoint "$ck" --prompt "In the beginning" -n 150 --seed 3 --quiet --temperature 0.8 2>/dev/null)
+[ -n "$out" ] && [ "$(wc -l <<<"$out")" -ge 1 ] && ok "sample -n 150 prints its text" || bad "sample -n 150: '$out'"
+
 finish

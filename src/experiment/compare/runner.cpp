@@ -4,13 +4,17 @@
 // length sweep, the tasks), its result.json written last; then the grid's documents.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/progress.h"
+#include "core/stop_signals.h"
 #include "core/timer.h"
 #include "data/files.h"
 #include "data/shard.h"
@@ -97,7 +101,27 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   data_files::write_file_atomically(path, {content}, "compare output");
 }
 
+namespace {
+bool run_compare_steps(const Grid& grid, const CompareOptions& opts);
+}
+
+// Ctrl-C / SIGTERM for the whole grid (core/stop_signals.h): training stops with a checkpoint (the
+// trainer's own scope nests in this one), an evaluation at its next batch; either way the grid
+// exits with the command that continues it. A run's evaluation starts again on --resume.
 bool run_compare(const Grid& grid, const CompareOptions& opts) {
+  StopSignals signals;
+  try {
+    return run_compare_steps(grid, opts);
+  } catch (const Interrupted& e) {
+    std::printf("\ncompare: %s; the run's training is kept and its evaluation starts again on resume: continue with `%s`\n",
+                e.what(), resume_command(opts).c_str());
+    std::fflush(stdout);
+    return false;
+  }
+}
+
+namespace {
+bool run_compare_steps(const Grid& grid, const CompareOptions& opts) {
   const fs::path out(opts.out);
   const fs::path runs_dir = out / "runs";
   if (opts.summarize_only) {
@@ -299,6 +323,23 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       std::printf("[run %zu/%zu] %s: %s\n", i + 1, N, run.id.c_str(), what.c_str());
       std::fflush(stdout);
     };
+    // An evaluation's progress with its ETA (a moving average over batches): one line redrawn on a
+    // terminal, else a line every 10 s and at the end.
+    auto eval_progress = [&]() -> ProgressFn {
+      if (opts.quiet) return {};
+      auto eta = std::make_shared<EtaEstimate>();
+      auto last_line = std::make_shared<double>(-1e9);
+      return [&, eta, last_line](const std::string& stage, int64_t done, int64_t total, const char* unit) {
+        const double left = eta->update(done, total), now = eta->elapsed();
+        const bool end = done >= total;
+        if (!tty && !end && now - *last_line < 10) return;
+        *last_line = now;
+        std::printf("%s[run %zu/%zu] %s: %s: %lld/%lld %s (%.0f%%), ETA %s%s", tty ? "\r" : "", i + 1, N, run.id.c_str(),
+                    stage.c_str(), (long long)done, (long long)total, unit, 100.0 * double(done) / double(std::max<int64_t>(total, 1)),
+                    fmt_eta(left).c_str(), tty && !end ? "   " : "\n");
+        std::fflush(stdout);
+      };
+    };
     Shard val = Shard::open(cfg.data.val);
     status("validation loss on the whole validation shard");
     auto model = load_model();
@@ -334,6 +375,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       AnalyzeOptions ao;
       ao.bootstrap = 200;
       ao.rescue_by_depth = false;
+      ao.progress = eval_progress();
       json a = analyze(*am, seqs, corrupt, grid.analyze_sequences, T, ao);
       a["checkpoint"] = model_path;
       a["data"] = cfg.data.val;
@@ -346,6 +388,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       LengthEvalOptions lo;
       lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len, grid.lengths_origin);
       lo.token_budget = (size_t)grid.length_tokens;
+      lo.progress = eval_progress();
       const LengthEvalReport rep = evaluate_lengths([&] { return load_model(); }, val, lo);
       json lj = length_report_json(rep);
       write_file_atomic((dir / "lengths.json").string(), lj.dump(1) + "\n");
@@ -382,6 +425,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len, t.task->lengths_origin);
       eo.samples = t.task->samples;
       eo.seed = 1;
+      eo.progress = eval_progress();
       const auto rep = tasks::evaluate_task(
           *t.gen,
           [&] {
@@ -473,5 +517,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
   }
   return true;
 }
+
+}  // namespace
 
 }  // namespace attnlab
