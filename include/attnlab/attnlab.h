@@ -10,6 +10,7 @@
 #include "attnlab/error.h"
 #include "attnlab/evaluate.h"
 #include "attnlab/model.h"
+#include "attnlab/printable.h"
 #include "attnlab/progress.h"
 #include "attnlab/tasks.h"
 #include "attnlab/tokenizer.h"

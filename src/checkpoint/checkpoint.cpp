@@ -14,7 +14,7 @@
 #include "train/environment.h"
 #include "checkpoint/checksums.h"
 #include "checkpoint/safetensors.h"
-#include "core/printable.h"
+#include "attnlab/printable.h"
 
 namespace attnlab {
 

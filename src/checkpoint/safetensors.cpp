@@ -21,7 +21,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
-#include "core/printable.h"
+#include "attnlab/printable.h"
 
 namespace attnlab {
 
@@ -40,7 +40,7 @@ constexpr int kMaxJsonDepth = 16;
 
 std::string errno_text(int err) { return std::string(std::strerror(err)); }
 
-// Tensor names and dtypes come from the file: printed through printable() (core/printable.h).
+// Tensor names and dtypes come from the file: printed through printable() (attnlab/printable.h).
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";

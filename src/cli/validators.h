@@ -1,7 +1,7 @@
 // CLI11 validators for the `attnlab` options that say what is allowed in the user's terms: "must be
 // ≥ 1, got 0" where CLI::PositiveNumber says "Value 0 not in range 0.000000 to 1797693134862315…"
 // (300 digits). Each checks the text as given, before CLI11 converts it, and echoes it escaped
-// (core/printable.h), so a binary argument cannot garble the terminal.
+// (attnlab/printable.h), so a binary argument cannot garble the terminal.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/printable.h"
+#include "attnlab/printable.h"
 
 namespace attnlab::cli {
 

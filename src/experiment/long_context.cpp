@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
-#include "core/printable.h"
+#include "attnlab/printable.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "checkpoint/checkpoint.h"

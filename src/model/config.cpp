@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/printable.h"
+#include "attnlab/printable.h"
 #include "model/attention/mechanism.h"
 #include "model/config_values.h"
 #include "model/residual/residual.h"

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/printable.h"
+#include "attnlab/printable.h"
 
 namespace attnlab::config_values {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/printable.h"
+#include "attnlab/printable.h"
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
 #include "experiment/compare/plan.h"

@@ -1,7 +1,8 @@
-// attnlab core: text from a file or the command line, made safe to put in a message. Names,
+// attnlab public API: text from a file or the command line, made safe to put in a message. Names,
 // values and lines taken from a damaged or hostile file (a binary given as a config, a garbage
 // safetensors header) are quoted, their control bytes escaped (\x0a) and cut at `limit` bytes, so
-// that an error can never write raw bytes to the user's terminal.
+// that an error can never write raw bytes to the user's terminal. The library's own messages use
+// it; so do tools built on the API (the `attnlab` CLI's validators).
 #pragma once
 #include <cstddef>
 #include <string>
