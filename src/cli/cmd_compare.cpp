@@ -24,9 +24,11 @@ void register_compare(CLI::App& app) {
     cmd->add_option("--out", o->out_dir, "output directory (default runs/compare)");
     cmd->add_flag("--resume", o->resume, "continue the grid in --out: finished runs are skipped, a stopped run resumes from its last checkpoint");
     cmd->add_option("--stop-after-runs", o->stop_after_runs, "stop after this many runs finish in this invocation (exit status 3)")
-        ->check(at_least(1));
+        ->check(at_least(1))
+        ->default_str("none");
     cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)")
-        ->check(at_least(1));
+        ->check(at_least(1))
+        ->default_str("none");
     cmd->add_flag("--quiet", o->quiet, "no progress display");
     cmd->add_flag("--no-report", *no_report, "do not write report.html");
     cmd->add_flag("--summarize", o->summarize_only,

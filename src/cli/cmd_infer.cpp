@@ -8,7 +8,6 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
-#include "cli/validators.h"
 #include "cli/plots.h"
 #include "cli/progress_line.h"
 #include "cli/validators.h"
@@ -275,10 +274,10 @@ void register_infer(CLI::App& app) {
         ->check(not_empty("1,2,4,8"));
     cmd->add_option("--tokens", a->tokens, "with --lengths: tokens scored per length (0: 2^20, or what the shard holds)")
         ->check(at_least(0, "0 = 2^20 or what the shard holds"));
-    cmd->add_option("--chunk", a->chunk, "with --lengths: tokens per KV-cached forward chunk (default: model.seq_len)")
-        ->check(at_least(1));
-    cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (default: model.seq_len)")
-        ->check(at_least(1));
+    cmd->add_option("--chunk", a->chunk, "with --lengths: tokens per KV-cached forward chunk (0: model.seq_len)")
+        ->check(at_least(0, "0 = model.seq_len"));
+    cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (0: model.seq_len)")
+        ->check(at_least(0, "0 = model.seq_len"));
     cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (1: attnlab prepare's BOS)")->check(at_least(0));
     add_weights_option(cmd, a->weights);
     cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file, and a PNG next to it");

@@ -19,7 +19,8 @@ void register_train(CLI::App& app) {
     params->quiet = false;  // the tool prints progress unless --quiet (the API's default is quiet)
     cmd->add_option("--resume", params->resume, "resume exactly from a checkpoint written by `attnlab train`");
     cmd->add_option("--stop-after", params->stop_after, "stop with a checkpoint after this many steps in this run")
-        ->check(at_least(1));
+        ->check(at_least(1))
+        ->default_str("none");
     cmd->add_flag("--quiet", params->quiet, "no progress lines");
     cmd->add_flag("--force", params->force,
                   "start a new run in a train.out_dir that holds an earlier run's checkpoints (they are deleted)");

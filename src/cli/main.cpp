@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <new>
 
+#include "attnlab/model.h"
 #include "attnlab/version.h"
 #include "cli/common.h"
 

@@ -30,6 +30,7 @@ inline bool parse_integer(const std::string& text, int64_t& out) {
 // An integer ≥ `least`; `meaning` is appended to the message ("0 = all").
 inline CLI::Validator at_least(int64_t least, const std::string& meaning = "") {
   const std::string rule = "≥ " + std::to_string(least);
+  const std::string shown_rule = "(" + rule + ")";  // the help's type column: "INT:(≥ 1)=8"
   return CLI::Validator(
       [least, rule, meaning](std::string& value) -> std::string {
         int64_t v = 0;
@@ -38,7 +39,7 @@ inline CLI::Validator at_least(int64_t least, const std::string& meaning = "") {
         if (v < least) return "must be " + rule + why + ", got " + value;
         return "";
       },
-      rule);
+      shown_rule);
 }
 
 // An integer in [lo, hi].
@@ -51,7 +52,7 @@ inline CLI::Validator in_range(int64_t lo, int64_t hi) {
         if (v < lo || v > hi) return "must be " + rule + ", got " + value;
         return "";
       },
-      rule);
+      "(" + rule + ")");
 }
 
 // A seed: a whole number in [0, 2^64 − 1] ("-1" would otherwise wrap round to 2^64 − 1).
@@ -64,7 +65,7 @@ inline CLI::Validator seed_value() {
         if (!digits || errno == ERANGE) return "must be a whole number in [0, 2^64 - 1], got " + printable(value, 40);
         return "";
       },
-      "≥ 0");
+      "(≥ 0)");
 }
 
 // Text that must not be empty (`--lengths ""` would otherwise mean "no --lengths").

@@ -14,6 +14,7 @@
 
 #include "core/progress.h"
 #include "data/shard.h"
+#include "model/config.h"
 
 namespace attnlab {
 

@@ -350,7 +350,7 @@ TaskEvalReport evaluate_task(const Task& task, const std::function<std::unique_p
                          ans.data() + (size_t)b * na, na);
         work_done += rows;
         report_progress(opts.progress,
-                        task.name() + " at " + std::to_string(L) + " tokens" +
+                        std::string(task.name()) + " at " + std::to_string(L) + " tokens" +
                             (depths[di] >= 0 ? " (depth " + std::to_string(depths[di]).substr(0, 4) + ")" : std::string()),
                         work_done, work_total, "samples");
       }

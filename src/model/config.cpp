@@ -297,9 +297,9 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   // A rule over several keys is blamed on the assignment that came last (the one that broke it:
   // `--set model.n_head=3` on top of a preset, not the preset's d_model line); the others' origins
   // follow in the message.
-  auto last_of = [&](std::initializer_list<const char*> keys) -> std::string {
+  auto last_of = [&](std::initializer_list<const char*> names) -> std::string {
     const Assignment* latest = nullptr;
-    for (const char* k : keys) {
+    for (const char* k : names) {
       auto it = given.find(k);
       if (it != given.end() && (!latest || it->second > latest)) latest = it->second;  // (pointers into `assignments`, in order)
     }

@@ -4,6 +4,7 @@
 # with the limit in the message, errors that name their source, and the small things a user sees.
 # Usage: test_reliability_round2.sh ATTNLAB_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh"
+BIN=$(realpath "$BIN")  # (one check runs from another directory)
 
 "$BIN" prepare --input "$SRC/tests/data/web_genesis_1-30.txt" --out "$WORK/d" --vocab 400 >/dev/null 2>&1 || bad "prepare"
 common=(--preset tiny --set model.vocab_size=400 --set "data.dir=\"$WORK/d\"")
@@ -93,8 +94,8 @@ expect_arg() {  # NAME PATTERN CMD...: exit 1, PATTERN on stderr, and no CLI11 "
 }
 expect_arg "compare --stop-after-runs -1" "--stop-after-runs: must be ≥ 1, got -1" "$BIN" compare "$WORK/none.toml" --stop-after-runs -1
 expect_arg "compare --stop-after-steps 0" "--stop-after-steps: must be ≥ 1, got 0" "$BIN" compare "$WORK/none.toml" --stop-after-steps 0
-expect_arg "task mqar --keys -5" "--keys: must be ≥ 1, got -5" "$BIN" task mqar --eval --checkpoint "$ck" --keys -5
-expect_arg "task mqar --queries -1" "--queries: must be ≥ 1, got -1" "$BIN" task mqar --eval --checkpoint "$ck" --queries -1
+expect_arg "task mqar --keys -5" "--keys: must be ≥ 0 (0 = the default), got -5" "$BIN" task mqar --eval --checkpoint "$ck" --keys -5
+expect_arg "task mqar --queries -1" "--queries: must be ≥ 0 (0 = the default), got -1" "$BIN" task mqar --eval --checkpoint "$ck" --queries -1
 expect_arg "task --samples 0" "--samples: must be ≥ 1, got 0" "$BIN" task passkey --eval --checkpoint "$ck" --samples 0
 expect_arg "sample --seed -1" "--seed: must be a whole number in [0, 2^64 - 1], got '-1'" "$BIN" sample --checkpoint "$ck" --prompt a --seed -1
 expect_arg "eval --lengths \"\"" "--lengths: must not be empty" "$BIN" eval --checkpoint "$ck" --data "$V" --lengths ""
@@ -114,7 +115,7 @@ printf '[]' >"$WORK/array.json"; printf 'null' >"$WORK/null.json"
 expect_error "report on []" "results file $WORK/array.json: is a JSON array, not the object" "$BIN" report "$WORK/array.json"
 expect_error "report on null" "results file $WORK/null.json: is a JSON null, not the object" "$BIN" report "$WORK/null.json"
 printf '{"schema": "attnlab.compare", "version": 1, "runs": [{"id": "a"' >"$WORK/trunc.json"
-expect_error "report on a truncated results.json" "results file $WORK/trunc.json, line 1, column 60: not valid JSON" "$BIN" report "$WORK/trunc.json"
+expect_error "report on a truncated results.json" "results file $WORK/trunc.json, line 1, column 64: not valid JSON" "$BIN" report "$WORK/trunc.json"
 err=$("$BIN" report "$WORK/trunc.json" 2>&1)
 grep -q "ends early" <<<"$err" && ! grep -q "json.exception" <<<"$err" && ok "truncated: says so, no parser prefix" || bad "truncated: $err"
 expect_error "analyze --sequences 2000000000" "--sequences 2000000000 needs 264.0 GB (2000000000 windows of 33 tokens)" \
@@ -126,7 +127,7 @@ expect_error "--set model.n_head=3 is blamed on --set" \
   "$BIN" info --preset tiny --set model.n_head=3
 cat >"$WORK/lengths0.toml" <<TOML
 preset = "tiny"
-set = ["model.vocab_size=400", "data.dir=\"$WORK/d\""]
+set = ["model.vocab_size=400", "data.dir=$WORK/d"]
 steps = 2
 lengths = "0"
 [variants.rope]
@@ -168,7 +169,7 @@ ppl=$(sed -n 's/.*perplexity \([^ ]*\)$/\1/p' <<<"$out")
 # The resume hint names the grid's path; a stopped run keeps model.safetensors and one step file.
 cat >"$WORK/g.toml" <<TOML
 preset = "tiny"
-set = ["model.vocab_size=400", "data.dir=\"$WORK/d\"", "train.eval_every=0"]
+set = ["model.vocab_size=400", "data.dir=$WORK/d", "train.eval_every=0"]
 steps = 6
 ckpt_every = 1
 [variants.rope]
@@ -196,7 +197,7 @@ err=$("$BIN" sample --checkpoint "$ck" --prompt a -n 5 --quiet 2>&1 >/dev/null)
 ! grep -q "extrapolate" <<<"$err" && ok "no warning within T_train" || bad "warning within T_train: $err"
 # --help shows every default.
 h=$("$BIN" eval --help 2>&1)
-grep -q -- "--batch-size.*\[8\]" <<<"$h" && grep -q -- "--bos.*\[1\]" <<<"$h" && ok "--help shows defaults" || bad "eval --help: $h"
+grep -q -- "--batch-size INT:(≥ 1)=8 " <<<"$h" && grep -q -- "--bos INT:(≥ 0)=1 " <<<"$h" && grep -q -- "--weights TEXT:{fp32,bf16}=fp32" <<<"$h" && ok "--help shows defaults" || bad "eval --help: $h"
 # analyze --bootstrap 0 on a DAR model still draws rescue_gain.png (without error bars).
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   "$BIN" train "${common[@]}" --set "train.out_dir=\"$WORK/dar\"" --set train.steps=2 --set train.eval_every=0 \
@@ -215,10 +216,10 @@ grep -q "^analyze: 8/8 windows (100%), ETA 0:00" <<<"$err" && ok "analyze shows 
 err=$("$BIN" eval --checkpoint "$ck" --data "$V" --lengths 1,2 --tokens 256 2>&1 >/dev/null)
 grep -q "^length 64: 256/512 tokens (50%), ETA\|^length 64: 512/512 tokens (100%), ETA 0:00" <<<"$err" && ok "eval --lengths shows progress" \
   || bad "eval --lengths progress: $err"
-"$BIN" task passkey --train --preset tiny --set "train.out_dir=\"$WORK/pk\"" --set train.steps=2 --set train.eval_every=0 \
+"$BIN" task passkey --train --preset tiny --set model.seq_len=72 --set "train.out_dir=\"$WORK/pk\"" --set train.steps=2 --set train.eval_every=0 \
   --quiet >/dev/null 2>&1 || bad "task passkey --train"
 err=$("$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 1,2 --samples 16 2>&1 >/dev/null)
-grep -q "^passkey at 64 tokens: 32/32 samples (100%), ETA 0:00" <<<"$err" && ok "task --eval shows progress" || bad "task --eval progress: $err"
+grep -q "^passkey at 144 tokens: 32/32 samples (100%), ETA 0:00" <<<"$err" && ok "task --eval shows progress" || bad "task --eval progress: $err"
 expect_error "an absurd task length is refused with the memory figure" "needs" \
   "$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 100000000tok --samples 1
 err=$("$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 100000000tok --samples 1 2>&1)
@@ -230,7 +231,7 @@ for _ in $(seq 1 200); do grep -q "samples" "$WORK/int.err" 2>/dev/null && break
 kill -INT $pid
 wait $pid
 rc=$?
-[ $rc -eq 3 ] && grep -q "attnlab: interrupted (signal 2) at passkey at 256 tokens, [0-9]* of 1000000 samples done; nothing was written" "$WORK/int.err" \
+[ $rc -eq 3 ] && grep -q "attnlab: interrupted (signal 2) at passkey at 576 tokens, [0-9]* of 1000000 samples done; nothing was written" "$WORK/int.err" \
   && ok "task --eval: Ctrl-C exits 3 with a hint" || bad "task --eval Ctrl-C: rc=$rc $(tail -2 "$WORK/int.err")"
 # sample streams its text as it is generated, and Ctrl-C stops it with exit 3.
 "$BIN" sample --checkpoint "$ck" --prompt "In the beginning" -n 1000000 --quiet >"$WORK/stream.out" 2>"$WORK/stream.err" &
