@@ -95,7 +95,7 @@ CK="$WORK/r/model.safetensors"
 expect_error "sample --temperature nan" "--temperature" "$BIN" sample --checkpoint "$CK" --prompt hi --temperature nan
 expect_error "sample --temperature -1" "--temperature" "$BIN" sample --checkpoint "$CK" --prompt hi --temperature -1
 expect_error "sample --top-k -5" "--top-k" "$BIN" sample --checkpoint "$CK" --prompt hi --top-k -5
-expect_error "sample -n huge" "-n 2147483647" "$BIN" sample --checkpoint "$CK" --prompt hi -n 2147483647
+expect_error "sample -n huge" "-n: must be in [0, 1048576], got 2147483647" "$BIN" sample --checkpoint "$CK" --prompt hi -n 2147483647
 python3 - "$CK" "$WORK/nan.safetensors" <<'EOF'
 import json, struct, sys
 b = bytearray(open(sys.argv[1], 'rb').read())

@@ -224,12 +224,19 @@ expect_error "an absurd task length is refused with the memory figure" "needs" \
   "$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 100000000tok --samples 1
 err=$("$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 100000000tok --samples 1 2>&1)
 grep -q "evaluating at 100000000 tokens needs [0-9.]* GB (the KV cache" <<<"$err" && ok "… naming the bytes" || bad "absurd length: $err"
+# SIGINT to background job PID, as Ctrl-C would (a binary that ignores it is killed after 20 s: rc 137).
+interrupt() {
+  local pid=$1
+  kill -INT "$pid"
+  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+  wait "$pid"
+}
 # Ctrl-C: a long task evaluation stops at its next batch with exit 3 and says what to do.
 "$BIN" task passkey --eval --checkpoint "$WORK/pk/model.safetensors" --lengths 8 --samples 1000000 >/dev/null 2>"$WORK/int.err" &
 pid=$!
 for _ in $(seq 1 200); do grep -q "samples" "$WORK/int.err" 2>/dev/null && break; sleep 0.05; done
-kill -INT $pid
-wait $pid
+interrupt $pid
 rc=$?
 [ $rc -eq 3 ] && grep -q "attnlab: interrupted (signal 2) at passkey at 576 tokens, [0-9]* of 1000000 samples done; nothing was written" "$WORK/int.err" \
   && ok "task --eval: Ctrl-C exits 3 with a hint" || bad "task --eval Ctrl-C: rc=$rc $(tail -2 "$WORK/int.err")"
@@ -238,8 +245,7 @@ rc=$?
 pid=$!
 for _ in $(seq 1 200); do [ "$(wc -c <"$WORK/stream.out")" -gt 40 ] && break; sleep 0.05; done
 size=$(wc -c <"$WORK/stream.out")
-kill -INT $pid
-wait $pid
+interrupt $pid
 rc=$?
 [ "$size" -gt 40 ] && ok "sample streams its text ($size bytes before the end)" || bad "sample did not stream ($size bytes)"
 [ $rc -eq 3 ] && grep -q "interrupted after [0-9]* of 1000000 tokens" "$WORK/stream.err" && ok "sample: Ctrl-C exits 3" \
