@@ -118,6 +118,9 @@ printf '{"schema": "attnlab.compare", "version": 1, "runs": [{"id": "a"' >"$WORK
 expect_error "report on a truncated results.json" "results file $WORK/trunc.json, line 1, column 64: not valid JSON" "$BIN" report "$WORK/trunc.json"
 err=$("$BIN" report "$WORK/trunc.json" 2>&1)
 grep -q "ends early" <<<"$err" && ! grep -q "json.exception" <<<"$err" && ok "truncated: says so, no parser prefix" || bad "truncated: $err"
+printf '{"schema": "attnlab.compare", "version": 1, "x": 1e999}' >"$WORK/huge_number.json"  # fuzz_results' first finding
+expect_error "report on a number beyond double" "results file $WORK/huge_number.json: not valid JSON (number overflow parsing '1e999')" \
+  "$BIN" report "$WORK/huge_number.json"
 expect_error "analyze --sequences 2000000000" "--sequences 2000000000 needs 264.0 GB (2000000000 windows of 33 tokens)" \
   "$BIN" analyze --checkpoint "$ck" --data "$V" --out "$WORK/an" --sequences 2000000000
 expect_error "prepare --input /dev/zero" "prepare input /dev/zero: holds a NUL byte at offset 0: not a text file" \

@@ -40,6 +40,13 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
     const bool truncated = at >= text.size() || text.find_first_not_of(" \t\r\n", at) == std::string::npos;
     fail(what, " ", path, ", line ", line, ", column ", column, ": not valid JSON (", why, ")",
          truncated ? "; the file ends early (truncated?)" : "");
+  } catch (const nlohmann::json::exception& e) {
+    // The parser's other refusals (a number beyond double, "1e999": out_of_range.406) carry no
+    // byte position; fuzz_results found the first one ending in std::terminate.
+    std::string why = e.what();
+    const size_t bracket = why.find("] ");
+    if (bracket != std::string::npos) why = why.substr(bracket + 2);
+    fail(what, " ", path, ": not valid JSON (", why, ")");
   }
 }
 
