@@ -121,6 +121,10 @@ grep -q "ends early" <<<"$err" && ! grep -q "json.exception" <<<"$err" && ok "tr
 printf '{"schema": "attnlab.compare", "version": 1, "x": 1e999}' >"$WORK/huge_number.json"  # fuzz_results' first finding
 expect_error "report on a number beyond double" "results file $WORK/huge_number.json: not valid JSON (number overflow parsing '1e999')" \
   "$BIN" report "$WORK/huge_number.json"
+# fuzz_results' second finding: a document whose curve has fewer y than x values (read past the end).
+"$BIN" report "$SRC/fuzz/corpus/results/series_lengths.json" --out "$WORK/sl.html" >/dev/null 2>&1
+rc=$?
+[ $rc -le 1 ] && ok "report on unequal series lengths ends cleanly (exit $rc)" || bad "report on unequal series: exit $rc"
 expect_error "analyze --sequences 2000000000" "--sequences 2000000000 needs 264.0 GB (2000000000 windows of 33 tokens)" \
   "$BIN" analyze --checkpoint "$ck" --data "$V" --out "$WORK/an" --sequences 2000000000
 expect_error "prepare --input /dev/zero" "prepare input /dev/zero: holds a NUL byte at offset 0: not a text file" \
