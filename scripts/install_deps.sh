@@ -23,7 +23,7 @@
 # would otherwise leave `find_package(dnnl)` failing.
 set -euo pipefail
 what=${1:-demo}
-demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev zlib1g-dev
+demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-dev libsentencepiece-dev zlib1g-dev libxxhash-dev
       nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
       python3-matplotlib libopenmpi-dev openmpi-bin)
 tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium

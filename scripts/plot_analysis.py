@@ -27,6 +27,18 @@ def nan(x):
     return float("nan") if x is None else x
 
 
+def points(ax, x, values, errors, **style):
+    """values at x with ±errors bars; without bars where there are no errors at all (analyze
+    --bootstrap 0 writes null standard errors, and matplotlib 3.6's errorbar fails on all-NaN yerr)."""
+    if all(e is None for e in errors):
+        style.pop("capsize", None)
+        style.setdefault("linestyle", "none" if style.pop("fmt", None) == "o" else "-")
+        style.setdefault("marker", "o")
+        ax.plot(list(x), [nan(v) for v in values], **style)
+    else:
+        ax.errorbar(list(x), [nan(v) for v in values], yerr=[nan(e) for e in errors], **style)
+
+
 def save(fig, out, name, written):
     path = os.path.join(out, name)
     fig.tight_layout()
@@ -252,12 +264,12 @@ def plot_rescue(a, out, written):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
     names = ["L_clean", "L_corr"] + ["L_patch(%d)" % s for s in range(n)]
     vals = [r["L_clean"], r["L_corr"]] + r["L_patch"]
-    ax1.errorbar(range(len(vals)), [nan(v["value"]) for v in vals], yerr=[nan(v["se"]) for v in vals], fmt="o", capsize=4)
+    points(ax1, range(len(vals)), [v["value"] for v in vals], [v["se"] for v in vals], fmt="o", capsize=4)
     ax1.set_xticks(range(len(vals)))
     ax1.set_xticklabels(names, rotation=30, fontsize=8)
     ax1.set_xlim(-0.5, len(vals) - 0.5)
     ax1.set_ylabel("loss (nats per token)")
-    ax1.set_xlabel("run (±1 bootstrap s.e.)")
+    ax1.set_xlabel("run (±1 bootstrap s.e.)" if r["bootstrap"] > 0 else "run (no bootstrap: --bootstrap 0)")
     g = r["RG_when_patched"]
     ax1.set_title("rescue gain with stream s patched: " + ", ".join(
         "s=%d %.2f±%.2f" % (s, nan(x["value"]), nan(x["se"])) for s, x in enumerate(g)), fontsize=8)
@@ -265,9 +277,8 @@ def plot_rescue(a, out, written):
         by = r["by_depth"]
         x = range(len(by))
         for s in range(n):
-            ax2.errorbar(list(x), [nan(b["RG_when_patched"][s]["value"]) for b in by],
-                         yerr=[nan(b["RG_when_patched"][s]["se"]) for b in by], marker="o", capsize=3,
-                         label="stream %d patched" % s + (" (RG_%d)" % (1 - s) if r["kind"] == "dar" else ""))
+            points(ax2, x, [b["RG_when_patched"][s]["value"] for b in by], [b["RG_when_patched"][s]["se"] for b in by],
+                   marker="o", capsize=3, label="stream %d patched" % s + (" (RG_%d)" % (1 - s) if r["kind"] == "dar" else ""))
         ax2.set_xticks(list(x))
         ax2.set_xticklabels([b["label"] for b in by], rotation=45, fontsize=8)
         ax2.axhline(0, color="grey", lw=0.5)

@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "data/shard.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checksums.h"
 #include "train/environment.h"
 #include "checkpoint/safetensors.h"
 #include "train/trainer.h"
@@ -73,6 +74,51 @@ void rewrite_metadata(const std::string& path, const std::map<std::string, std::
   for (size_t k = 0; k < refs.size(); ++k) refs[k].data = bytes[k].data();
   for (const auto& [k, v] : changes) meta[k] = v;
   write_safetensors(path, refs, meta);
+}
+
+// Rewrites a checkpoint as a writer other than save_checkpoint would: element `index` of tensor
+// `name` set to `value`, the checksums recomputed (so that only the value is wrong), and the
+// metadata keys in `drop` left out.
+void rewrite_tensor(const std::string& path, const std::string& name, size_t index, float value,
+                    const std::vector<std::string>& drop = {}) {
+  std::vector<std::vector<char>> bytes;
+  std::vector<TensorRef> refs;
+  std::map<std::string, std::string> meta, sums;
+  {
+    SafetensorsFile f = SafetensorsFile::open(path);
+    meta = f.metadata();
+    for (const auto& n : f.names()) {
+      const auto& i = f.info(n);
+      const char* p = static_cast<const char*>(f.data(n));
+      bytes.emplace_back(p, p + i.nbytes);
+      if (n == name) std::memcpy(bytes.back().data() + 4 * index, &value, 4);
+      refs.push_back({n, i.shape, nullptr, i.dtype});
+      sums[n] = tensor_checksum(bytes.back().data(), i.nbytes);
+    }
+  }
+  for (size_t k = 0; k < refs.size(); ++k) refs[k].data = bytes[k].data();
+  meta[kChecksumKey] = encode_checksums(sums);
+  for (const auto& k : drop) meta.erase(k);
+  write_safetensors(path, refs, meta);
+}
+
+// Flips bit `bit` of byte `byte` of tensor `name`'s data in place, the header untouched.
+void flip_bit(const std::string& path, const std::string& name, size_t byte, int bit) {
+  size_t at = 0;
+  {
+    SafetensorsFile f = SafetensorsFile::open(path);
+    std::ifstream in(path, std::ios::binary);
+    uint64_t header = 0;
+    in.read(reinterpret_cast<char*>(&header), 8);
+    at = 8 + header + f.info(name).offset + byte;
+  }
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(std::streamoff(at));
+  char c = 0;
+  io.read(&c, 1);
+  c = char(c ^ (1 << bit));
+  io.seekp(std::streamoff(at));
+  io.write(&c, 1);
 }
 
 bool file_weights_finite(const std::string& path) {
@@ -187,6 +233,8 @@ TEST(NonFinite, CheckpointsWithNaNAreNeitherWrittenNorLoaded) {
     }
     write_safetensors(bad, refs, f.metadata());
   }
+  // (with its checksums recomputed: the NaN check, not the checksum, must catch it)
+  rewrite_tensor(bad, "wte", 0, NAN);
   GPT<float> back(read_checkpoint_config(bad));
   const std::string lerr = error_of([&] { load_checkpoint(bad, back, nullptr, nullptr); });
   EXPECT_NE(lerr.find(bad), std::string::npos) << lerr;
@@ -465,5 +513,93 @@ TEST(Model, PlanCountOnlyCountsWhatPlanAllocates) {
   GPT<float> big(config_for(dir, "run", ""));
   big.plan_count_only(1 << 16, 16);
   EXPECT_GT(big.activation_bytes(), size_t(1) << 30);
+  fs::remove_all(dir);
+}
+
+// ---- round 2 (issue 28): 1. checksums, 2. optimizer state ----------------------------------------
+
+TEST(Checksums, AFlippedBitInAnyTensorIsAnErrorNamingFileAndTensor) {
+  const fs::path dir = temp_dir("checksum");
+  const Config cfg = config_for(dir, "run", "");
+  GPT<float> m(cfg);
+  m.init_weights(1);
+  std::vector<float> am(m.registry().total(), 0.01f), av(m.registry().total(), 0.02f);
+  const std::string path = (dir / "c.safetensors").string();
+  // A parameter, a first moment, a second moment; low and high bits (a low mantissa bit leaves
+  // the value finite and almost unchanged: nothing but the checksum can see it).
+  for (const auto& [name, byte, bit] : std::vector<std::tuple<std::string, size_t, int>>{
+           {"wte", 0, 0}, {"blocks.1.mlp.proj.weight", 17, 6}, {"adam.m.ln_f.weight", 4, 0}, {"adam.v.wte", 2, 7}}) {
+    save_checkpoint(path, m, am.data(), av.data(), TrainingState{});
+    flip_bit(path, name, byte, bit);
+    GPT<float> back(read_checkpoint_config(path));
+    std::vector<float> bm(back.registry().total()), bv(back.registry().total());
+    const std::string err = error_of([&] { load_checkpoint(path, back, bm.data(), bv.data()); });
+    EXPECT_NE(err.find(path), std::string::npos) << name << ": " << err;
+    EXPECT_NE(err.find("tensor '" + name + "' fails its checksum"), std::string::npos) << name << ": " << err;
+    // Skipping the verification loads it (the damage then goes unnoticed).
+    set_verify_checkpoint_checksums(false);
+    EXPECT_EQ(error_of([&] { load_checkpoint(path, back, bm.data(), bv.data()); }), "") << name;
+    set_verify_checkpoint_checksums(true);
+  }
+  // An undamaged file loads, and every tensor has its checksum.
+  save_checkpoint(path, m, am.data(), av.data(), TrainingState{});
+  {
+    SafetensorsFile f = SafetensorsFile::open(path);
+    const auto sums = decode_checksums(path, f.metadata().at(kChecksumKey));
+    EXPECT_EQ(sums.size(), f.names().size());
+    for (const auto& n : f.names()) EXPECT_EQ(sums.at(n), tensor_checksum(f.data(n), f.info(n).nbytes)) << n;
+  }
+  GPT<float> back(cfg);
+  std::vector<float> bm(back.registry().total()), bv(back.registry().total());
+  EXPECT_EQ(error_of([&] { load_checkpoint(path, back, bm.data(), bv.data()); }), "");
+  EXPECT_EQ(std::memcmp(back.params(), m.params(), 4 * m.registry().total()), 0);
+  fs::remove_all(dir);
+}
+
+TEST(Checksums, FilesWithoutThemLoadAndBadChecksumMetadataIsNamed) {
+  const fs::path dir = temp_dir("checksum_old");
+  const Config cfg = config_for(dir, "run", "");
+  GPT<float> m(cfg);
+  m.init_weights(1);
+  const std::string path = (dir / "c.safetensors").string();
+  GPT<float> back(cfg);
+  // Written before checksums were stored: loads (with a note on stderr).
+  save_checkpoint(path, m, nullptr, nullptr, TrainingState{});
+  rewrite_tensor(path, "wte", 0, 0.5f, {kChecksumKey});
+  EXPECT_EQ(error_of([&] { load_checkpoint(path, back, nullptr, nullptr); }), "");
+  EXPECT_EQ(back.params()[back.registry().specs()[0].offset], 0.5f);
+  // Damaged checksum metadata, or a tensor left out of it: errors naming the file and the key.
+  for (const std::string& bad : {std::string("{"), std::string("[]"), std::string("{\"wte\": \"xyz\"}"),
+                                 std::string("{\"wte\": 7}"), std::string("{}")}) {
+    save_checkpoint(path, m, nullptr, nullptr, TrainingState{});
+    rewrite_metadata(path, {{kChecksumKey, bad}});
+    const std::string err = error_of([&] { load_checkpoint(path, back, nullptr, nullptr); });
+    EXPECT_NE(err.find(path), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find(kChecksumKey), std::string::npos) << bad << ": " << err;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ANegativeOrNonFiniteAdamSecondMomentIsRefusedNamingFileAndTensor) {
+  const fs::path dir = temp_dir("adam_v");
+  const Config cfg = config_for(dir, "run", "");
+  GPT<float> m(cfg);
+  m.init_weights(1);
+  std::vector<float> am(m.registry().total(), 0.01f), av(m.registry().total(), 0.02f);
+  const std::string path = (dir / "c.safetensors").string();
+  for (float bad : {-1.0f, -1e-30f, float(NAN), float(INFINITY)}) {
+    save_checkpoint(path, m, am.data(), av.data(), TrainingState{});
+    rewrite_tensor(path, "adam.v.ln_f.weight", 3, bad);  // checksums recomputed: the value itself is refused
+    GPT<float> back(cfg);
+    std::vector<float> bm(back.registry().total()), bv(back.registry().total());
+    const std::string err = error_of([&] { load_checkpoint(path, back, bm.data(), bv.data()); });
+    EXPECT_NE(err.find(path), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find("tensor 'adam.v.ln_f.weight'"), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find("element 3"), std::string::npos) << bad << ": " << err;
+  }
+  // Nor is such a state written.
+  av[5] = -1;
+  const std::string err = error_of([&] { save_checkpoint(path, m, am.data(), av.data(), TrainingState{}); });
+  EXPECT_NE(err.find("negative"), std::string::npos) << err;
   fs::remove_all(dir);
 }

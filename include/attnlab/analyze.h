@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attnlab/error.h"
+#include "attnlab/progress.h"
 
 namespace attnlab::api {
 
@@ -27,6 +28,7 @@ struct AnalyzeParams {
   // Called once the inputs are checked and the windows drawn, before the diagnostics run (they take
   // a while), with the window length (model.seq_len).
   std::function<void(int seq_len)> on_start;
+  ProgressCallback on_progress;  // after each batch of windows (attnlab/progress.h); Ctrl-C: Interrupted
 };
 AnalyzeParams default_analyze_params();
 

@@ -11,6 +11,8 @@
 #include "attnlab/error.h"
 #include "attnlab/evaluate.h"
 #include "attnlab/model.h"
+#include "attnlab/printable.h"
+#include "attnlab/progress.h"
 #include "attnlab/tasks.h"
 #include "attnlab/tokenizer.h"
 #include "attnlab/trainer.h"

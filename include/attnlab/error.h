@@ -14,4 +14,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Long work stopped by Ctrl-C or SIGTERM (attnlab/progress.h); the message says what was done and
+// how to continue. `attnlab` exits with status 3 on it, as an interrupted training does.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace attnlab

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attnlab/error.h"
+#include "attnlab/progress.h"
 #include "attnlab/model.h"
 
 namespace attnlab::api {
@@ -53,6 +54,7 @@ struct LengthSweepParams {
   int bucket = 0;       // width of the position buckets; 0: model.seq_len
   int bos = 1;          // the id put in front of each block (`attnlab prepare`'s BOS)
   Weights weights = Weights::fp32;
+  ProgressCallback on_progress;  // after each batch of blocks (attnlab/progress.h); Ctrl-C: Interrupted
 };
 LengthSweepParams default_length_sweep_params();
 

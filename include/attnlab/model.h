@@ -51,6 +51,7 @@ struct Generation {
   int generated = 0;            // ids generated (n, or fewer when the callback stopped it)
   double prefill_seconds = 0;   // the prompt's one cached forward
   double decode_seconds = 0;    // the generated − 1 single-id forwards, with sampling and the callbacks
+  bool interrupted = false;     // stopped by Ctrl-C / SIGTERM (streaming generate only): `ids` are those drawn so far
 };
 
 // The bandwidth bound of decoding (docs/performance.md, "Decode"): the bytes one decode step must
@@ -72,6 +73,12 @@ struct DecodeBound {
   double dram_gb_per_s = 0, dram_ms_per_token = 0;
   size_t dram_set_bytes = 0;
 };
+
+// Whether loading a checkpoint (Model::load, evaluate, analyze, tasks, compare, train --resume)
+// verifies each tensor against the xxHash64 checksum stored with it (docs/checkpoint-format.md):
+// on by default, a mismatch is an Error naming the file and the tensor. Process-wide; off skips
+// the hashing (about one pass over the file's bytes) for speed. `attnlab ... --skip-checksums`.
+void set_verify_checksums(bool verify);
 
 class Model {
  public:

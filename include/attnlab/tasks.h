@@ -18,6 +18,7 @@
 
 #include "attnlab/config.h"
 #include "attnlab/error.h"
+#include "attnlab/progress.h"
 #include "attnlab/trainer.h"
 
 namespace attnlab::api {
@@ -45,6 +46,7 @@ struct TaskEvalParams {
   uint64_t seed = 1;   // of the evaluation samples (training draws from other streams)
   int batch_size = 8;  // samples side by side
   int chunk = 0;       // tokens per KV-cached chunk; 0: model.seq_len
+  ProgressCallback on_progress;  // after each batch of samples (attnlab/progress.h); Ctrl-C: Interrupted
 };
 TaskEvalParams default_task_eval_params();
 

@@ -9,6 +9,7 @@
 #include "attnlab/analyze.h"
 #include "core/denormals.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "data/shard.h"
 #include "experiment/analyze.h"
 
@@ -32,6 +33,14 @@ AnalyzeResult analyze(const std::string& checkpoint, const std::string& data, co
   const int T = cfg.model.seq_len;
   if (params.sequences < 1) fail("--sequences must be at least 1");
   if (shard.size() < (size_t)T + 1) fail("data ", data, " has ", shard.size(), " tokens, fewer than model.seq_len + 1 = ", T + 1);
+  // The windows are drawn up front (twice for §8.5's corrupting ones): refuse a count whose
+  // windows alone cannot fit, naming the option, instead of std::bad_alloc.
+  const int draws = residual_patchable_streams(cfg) > 0 ? 2 : 1;
+  check_fits_in_memory("--sequences " + std::to_string(params.sequences),
+                       double(params.sequences) * (T + 1) * sizeof(int32_t) * draws,
+                       std::to_string(params.sequences) + " windows of " + std::to_string(T + 1) + " tokens" +
+                           (draws == 2 ? ", twice" : ""),
+                       "use fewer sequences");
   // §8: validation windows of the training length with a fixed seed; §8.5's corrupting windows by a
   // second seeded draw (the pairing is by index).
   const auto seqs = draw_windows(shard.tokens(), shard.size(), params.sequences, T + 1, params.seed);
@@ -44,11 +53,12 @@ AnalyzeResult analyze(const std::string& checkpoint, const std::string& data, co
   opt.bootstrap = params.bootstrap;
   opt.seed = params.seed;
   opt.rescue_by_depth = params.rescue_by_depth;
+  opt.progress = progress_fn(params.on_progress);
   if (params.on_start) params.on_start(T);
   nlohmann::json j;
   {
     ScopedFlushDenormals flush;
-    j = attnlab::analyze(*model, seqs, corrupt, params.sequences, T, opt);
+    j = interruptible([&] { return attnlab::analyze(*model, seqs, corrupt, params.sequences, T, opt); });
   }
   j["checkpoint"] = checkpoint;
   j["data"] = data;

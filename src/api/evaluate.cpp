@@ -50,17 +50,19 @@ LengthSweep evaluate_lengths(const std::string& checkpoint, const std::string& d
   const attnlab::Config cfg = read_checkpoint_config(checkpoint);
   LengthEvalOptions o;
   o.lengths = parse_lengths(params.lengths, cfg.model.seq_len);
+  check_inference_memory("--lengths " + params.lengths, cfg, o.lengths, params.batch_size);
   o.token_budget = params.tokens;
   o.batch_size = params.batch_size;
   o.chunk = params.chunk;
   o.bucket = params.bucket;
   o.bos_id = params.bos;
   o.bf16_weights = params.weights == Weights::bf16;
+  o.progress = progress_fn(params.on_progress);
   Shard shard = Shard::open(data);
   LengthEvalReport rep;
   {
     ScopedFlushDenormals flush;
-    rep = attnlab::evaluate_lengths(checkpoint, shard, o);
+    rep = interruptible([&] { return attnlab::evaluate_lengths(checkpoint, shard, o); });
   }
   LengthSweep sweep;
   sweep.train_len = rep.train_len;

@@ -8,7 +8,10 @@
 
 #include "attnlab/config.h"
 #include "attnlab/model.h"
+#include "attnlab/progress.h"
 #include "attnlab/trainer.h"
+#include "core/progress.h"
+#include "core/stop_signals.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "train/trainer.h"
@@ -30,6 +33,21 @@ std::unique_ptr<GPT<float>> load_model(const std::string& checkpoint, Weights we
 
 // TrainParams as the training loop's options (callbacks included), and its summary as a TrainResult.
 TrainOptions train_options(const TrainParams& params);
+
+// A public progress callback as the internal one (empty stays empty).
+ProgressFn progress_fn(const ProgressCallback& callback);
+
+// Runs `work` with Ctrl-C / SIGTERM turned into a stop at its next progress report
+// (core/stop_signals.h); an Interrupted gets "; nothing was written: run the command again to redo it".
+template <class F>
+auto interruptible(F&& work) -> decltype(work()) {
+  StopSignals signals;
+  try {
+    return work();
+  } catch (const Interrupted& e) {
+    throw Interrupted(std::string(e.what()) + "; nothing was written: run the command again to redo it");
+  }
+}
 TrainResult train_result(const TrainSummary& summary);
 
 }  // namespace attnlab::api

@@ -11,6 +11,7 @@
 #include "core/bandwidth.h"
 #include "core/denormals.h"
 #include "core/error.h"
+#include "core/stop_signals.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -71,6 +72,8 @@ Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
+
+void set_verify_checksums(bool verify) { set_verify_checkpoint_checksums(verify); }
 
 Model Model::create(const Config& config, uint64_t seed) {
   auto impl = std::make_unique<Impl>();
@@ -168,6 +171,10 @@ Generation Model::generate(const std::vector<int32_t>& prompt, int n, const Samp
   gpt.forward_cached(logits.data(), prompt.data(), prompt_len, true);
   g.prefill_seconds = prefill_timer.seconds();
   Timer decode_timer;
+  // A streamed generation can be long (-n 1000000): Ctrl-C ends it after the current id, the ids
+  // so far returned (Generation::interrupted). Not for the plain overload, which streams nothing.
+  std::unique_ptr<StopSignals> signals;
+  if (on_token) signals = std::make_unique<StopSignals>();
   for (int i = 0; i < n; ++i) {
     for (int v = 0; v < V; ++v)
       if (!std::isfinite(logits[v]))
@@ -177,6 +184,10 @@ Generation Model::generate(const std::vector<int32_t>& prompt, int n, const Samp
     g.ids.push_back(next);
     ++g.generated;
     if (on_token && !on_token(next)) break;
+    if (signals && stop_requested()) {
+      g.interrupted = true;
+      break;
+    }
     if (i + 1 < n) gpt.forward_cached(logits.data(), &next, 1, true);
   }
   g.decode_seconds = decode_timer.seconds();

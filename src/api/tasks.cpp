@@ -69,6 +69,7 @@ TaskEvalResult evaluate_task(const std::string& checkpoint, const TaskParams& ta
   const auto t = tasks::Task::make(p, cfg.model.seq_len);
   tasks::TaskEvalOptions o;
   o.lengths = parse_lengths(params.lengths, cfg.model.seq_len);
+  check_inference_memory("--lengths " + params.lengths, cfg, o.lengths, params.batch_size);
   if (!params.depths.empty()) {
     if (!t->uses_depth()) fail("--depths applies to the needle task only");
     o.depths = parse_depths(params.depths);
@@ -77,10 +78,11 @@ TaskEvalResult evaluate_task(const std::string& checkpoint, const TaskParams& ta
   o.seed = params.seed;
   o.batch_size = params.batch_size;
   o.chunk = params.chunk;
+  o.progress = progress_fn(params.on_progress);
   tasks::TaskEvalReport rep;
   {
     ScopedFlushDenormals flush;
-    rep = tasks::evaluate_task(*t, [&] { return load_model(checkpoint); }, o);
+    rep = interruptible([&] { return tasks::evaluate_task(*t, [&] { return load_model(checkpoint); }, o); });
   }
   TaskEvalResult r;
   for (const tasks::TaskCell& c : rep.cells) {

@@ -1,6 +1,7 @@
 // attnlab::api::train (include/attnlab/trainer.h): the library's training loop (train/trainer.h)
 // with its event callbacks, fed by a public DataSource through the internal TrainData interface.
 #include <cmath>
+#include <memory>
 
 #include "api/internal.h"
 #include "attnlab/trainer.h"
@@ -54,6 +55,21 @@ class SourceTrainData final : public TrainData {
 };
 
 }  // namespace
+
+ProgressFn progress_fn(const ProgressCallback& callback) {
+  if (!callback) return {};
+  auto eta = std::make_shared<EtaEstimate>();
+  return [callback, eta](const std::string& stage, int64_t done, int64_t total, const char* unit) {
+    Progress p;
+    p.stage = stage;
+    p.done = done;
+    p.total = total;
+    p.unit = unit;
+    p.eta_seconds = eta->update(done, total);
+    p.elapsed_seconds = eta->elapsed();
+    callback(p);
+  };
+}
 
 TrainOptions train_options(const TrainParams& p) {
   TrainOptions o;

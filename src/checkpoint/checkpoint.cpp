@@ -1,13 +1,20 @@
 #include "checkpoint/checkpoint.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "model/version.h"
 #include "train/environment.h"
+#include "checkpoint/checksums.h"
 #include "checkpoint/safetensors.h"
+#include "attnlab/printable.h"
 
 namespace attnlab {
 
@@ -20,6 +27,9 @@ void save_checkpoint(const std::string& path, const GPT<float>& model, const flo
          "any previous file is unchanged");
   if (adam_m && adam_v && (!kernels::all_finite(adam_m, total) || !kernels::all_finite(adam_v, total)))
     fail("checkpoint ", path, ": not written: the Adam moments hold NaN or Inf values (the run diverged); ",
+         "any previous file is unchanged");
+  if (adam_v && !std::all_of(adam_v, adam_v + total, [](float v) { return v >= 0; }))
+    fail("checkpoint ", path, ": not written: Adam's second moment holds a negative value (a mean of squares cannot); ",
          "any previous file is unchanged");
   std::vector<TensorRef> tensors;
   const auto& specs = model.registry().specs();
@@ -38,6 +48,14 @@ void save_checkpoint(const std::string& path, const GPT<float>& model, const flo
   meta["data_state"] = nlohmann::json{{"epoch", state.data_epoch}, {"index", state.data_index}}.dump();
   meta["optimizer"] = adam_m ? "adamw" : "none";
   meta["environment"] = numeric_environment_json();  // what bit-exact resume also depends on
+  // One checksum per tensor, of the bytes written (docs/checkpoint-format.md, "Checksums").
+  std::map<std::string, std::string> sums;
+  for (const TensorRef& t : tensors) {
+    size_t n = sizeof(float);
+    for (int64_t d : t.shape) n *= size_t(d);
+    sums[t.name] = tensor_checksum(t.data, n);
+  }
+  meta[kChecksumKey] = encode_checksums(sums);
   write_safetensors(path, tensors, meta);
 }
 
@@ -93,6 +111,46 @@ void check_tensors_match_config(const SafetensorsFile& f, const std::string& pat
   }
 }
 
+// The tensors' checksums; `present` is false for a file written before
+// they were stored (a one-line note, once per file and process: a compare loads one checkpoint
+// many times).
+struct StoredChecksums {
+  bool present = false;
+  std::map<std::string, std::string> sums;
+};
+
+StoredChecksums stored_checksums(const SafetensorsFile& f, const std::string& path) {
+  StoredChecksums c;
+  const auto it = f.metadata().find(kChecksumKey);
+  if (it == f.metadata().end()) {
+    static std::mutex m;
+    static std::set<std::string> noted;
+    const std::lock_guard<std::mutex> lock(m);
+    if (noted.insert(path).second)
+      std::fprintf(stderr, "note: checkpoint %s has no tensor checksums (written before they were stored): loaded without verifying them\n",
+                   path.c_str());
+    return c;
+  }
+  c.present = true;
+  c.sums = decode_checksums(path, it->second);
+  return c;
+}
+
+// The bytes of tensor `name` as stored must hash to its recorded checksum: a flipped bit inside
+// tensor data passes every structural check and would otherwise only move the loss.
+void check_checksum(const SafetensorsFile& f, const std::string& path, const StoredChecksums& c, const std::string& name) {
+  if (!c.present) return;
+  const auto it = c.sums.find(name);
+  if (it == c.sums.end())
+    fail("checkpoint ", path, ": tensor '", name, "' has no checksum in metadata '", kChecksumKey,
+         "' (the file was edited?); pass --skip-checksums to load it anyway");
+  const std::string got = tensor_checksum(f.data(name), f.info(name).nbytes);
+  if (got != it->second)
+    fail("checkpoint ", path, ": tensor '", name, "' fails its checksum (xxh64 ", got, ", stored ", it->second,
+         "): its bytes were damaged after it was written; use another copy or an earlier checkpoint ",
+         "(--skip-checksums loads it anyway)");
+}
+
 // A tensor just read must hold finite numbers: NaN/Inf weights give NaN logits and garbage samples.
 void check_finite(const std::string& path, const std::string& name, const float* x, size_t n) {
   if (kernels::all_finite(x, n)) return;
@@ -100,6 +158,14 @@ void check_finite(const std::string& path, const std::string& name, const float*
   while (i < n && std::isfinite(x[i])) ++i;
   fail("checkpoint ", path, ": tensor '", name, "' holds a non-finite value (", x[i], " at element ", i,
        "); the run that wrote it diverged; use an earlier checkpoint");
+}
+// Adam's second moment is a running mean of squared gradients: a negative entry cannot come from
+// training, and AdamW would take the square root of it (NaN weights one step after resuming).
+void check_nonnegative(const std::string& path, const std::string& name, const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!(x[i] >= 0))
+      fail("checkpoint ", path, ": tensor '", name, "' holds a negative value (", x[i], " at element ", i,
+           "); Adam's second moment is a mean of squares, so the file is damaged or was not written by attnlab train");
 }
 }  // namespace
 
@@ -123,9 +189,17 @@ std::string read_checkpoint_environment(const std::string& path) {
   return it == f.metadata().end() ? std::string() : it->second;
 }
 
+namespace {
+std::atomic<bool> g_verify_checksums{true};
+}
+
+void set_verify_checkpoint_checksums(bool verify) { g_verify_checksums = verify; }
+bool verify_checkpoint_checksums() { return g_verify_checksums; }
+
 TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float* adam_m, float* adam_v) {
   SafetensorsFile f = SafetensorsFile::open(path);
   check_format(f, path);
+  const StoredChecksums sums = verify_checkpoint_checksums() ? stored_checksums(f, path) : StoredChecksums{};
   // The architecture must match exactly; train.* and data.* may differ (e.g. resuming with more steps).
   const nlohmann::json stored = read_checkpoint_config(path).to_json(), wanted = model.config().to_json();
   auto architecture = [](const nlohmann::json& j) {
@@ -144,6 +218,7 @@ TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float*
   }
   for (const auto& s : model.registry().specs()) {
     f.read(s.name, model.params() + s.offset, s.shape, "F32");
+    check_checksum(f, path, sums, s.name);
     check_finite(path, s.name, model.params() + s.offset, s.numel);
   }
   if (adam_m || adam_v) {
@@ -152,8 +227,11 @@ TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float*
     for (const auto& s : model.registry().specs()) {
       f.read("adam.m." + s.name, adam_m + s.offset, s.shape, "F32");
       f.read("adam.v." + s.name, adam_v + s.offset, s.shape, "F32");
+      check_checksum(f, path, sums, "adam.m." + s.name);
+      check_checksum(f, path, sums, "adam.v." + s.name);
       check_finite(path, "adam.m." + s.name, adam_m + s.offset, s.numel);
       check_finite(path, "adam.v." + s.name, adam_v + s.offset, s.numel);
+      check_nonnegative(path, "adam.v." + s.name, adam_v + s.offset, s.numel);
     }
   }
   TrainingState st;

@@ -36,8 +36,13 @@ std::string read_checkpoint_environment(const std::string& path);
 
 // Loads parameters (and Adam moments when adam_m/adam_v are non-null: an error if absent).
 // The stored configuration must match the model's; every tensor is checked for name, dtype and shape,
-// and for finite values (a NaN checkpoint is an Error naming the tensor). The step must be in
-// [0, kMaxCheckpointStep].
+// against its stored checksum (unless set_verify_checkpoint_checksums(false); a file without
+// checksums loads with a note on stderr), and for finite values (a NaN checkpoint is an Error naming
+// the tensor; so is a negative Adam second moment). The step must be in [0, kMaxCheckpointStep].
+// Whether load_checkpoint verifies tensor checksums (process-wide, default true; `--skip-checksums`).
+void set_verify_checkpoint_checksums(bool verify);
+bool verify_checkpoint_checksums();
+
 TrainingState load_checkpoint(const std::string& path, GPT<float>& model, float* adam_m, float* adam_v);
 
 }  // namespace attnlab

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "attnlab/printable.h"
 
 namespace attnlab {
 
@@ -39,29 +40,7 @@ constexpr int kMaxJsonDepth = 16;
 
 std::string errno_text(int err) { return std::string(std::strerror(err)); }
 
-// Tensor names and dtypes come from the file: print them quoted, escaped and bounded so that a
-// garbage file cannot fill the terminal with control bytes. (Not named `quoted`: for a
-// non-const string argument, argument-dependent lookup would prefer std::quoted.)
-std::string printable(const std::string& s) {
-  std::string out = "'";
-  const size_t limit = 120;
-  for (size_t i = 0; i < s.size() && i < limit; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '\\' || c == '\'') {
-      out += '\\';
-      out += char(c);
-    } else if (c >= 0x20 && c != 0x7f) {
-      out += char(c);  // printable ASCII and UTF-8 bytes
-    } else {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  if (s.size() > limit) out += "...";
-  return out + "'";
-}
+// Tensor names and dtypes come from the file: printed through printable() (attnlab/printable.h).
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";

@@ -7,7 +7,9 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 #include "cli/plots.h"
+#include "cli/progress_line.h"
 
 namespace attnlab::cli {
 namespace {
@@ -27,6 +29,7 @@ void run_analyze(const AnalyzeArgs& a) {
   p.bootstrap = a.bootstrap;
   p.seed = a.seed;
   p.rescue_by_depth = !a.no_rescue_by_depth;
+  p.on_progress = progress_line();
   p.on_start = [&](int T) {
     std::printf("analyze %s on %s: %d sequences of %d tokens (seed %llu)\n", a.checkpoint.c_str(), a.data.c_str(), a.sequences, T,
                 (unsigned long long)a.seed);
@@ -55,13 +58,14 @@ void register_analyze(CLI::App& app) {
   auto* a = program_lifetime<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "the diagnostics of docs/mechanisms.md §8 as analysis.json and plots (docs/analysis.md)");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
+  add_skip_checksums_flag(cmd);
   cmd->add_option("--data", a->data, "token shard (validation data, from `attnlab prepare`)")->required();
   cmd->add_option("--out", a->out, "output directory (analysis.json and the PNGs)")->required();
-  cmd->add_option("--sequences", a->sequences, "validation windows of model.seq_len tokens (default 64)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", a->seed, "seed of the window draw, the CKA token sample and the bootstrap (default 0)");
-  cmd->add_option("--batch-size", a->batch_size, "sequences per forward (default 8)")->check(CLI::PositiveNumber);
-  cmd->add_option("--cka-tokens", a->cka_tokens, "tokens sampled for CKA, §8.4 (default 4096)")->check(CLI::PositiveNumber);
-  cmd->add_option("--bootstrap", a->bootstrap, "bootstrap resamples for §8.5's standard errors (default 1000)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--sequences", a->sequences, "validation windows of model.seq_len tokens (default 64)")->check(at_least(1));
+  cmd->add_option("--seed", a->seed, "seed of the window draw, the CKA token sample and the bootstrap")->check(seed_value());
+  cmd->add_option("--batch-size", a->batch_size, "sequences per forward (default 8)")->check(at_least(1));
+  cmd->add_option("--cka-tokens", a->cka_tokens, "tokens sampled for CKA, §8.4 (default 4096)")->check(at_least(1));
+  cmd->add_option("--bootstrap", a->bootstrap, "bootstrap resamples for §8.5's standard errors (default 1000)")->check(at_least(0));
   cmd->add_flag("--no-rescue-by-depth", a->no_rescue_by_depth, "DAR, HC, mHC: skip §8.5's per-read patches (n·(2L+1) forwards per batch)");
   cmd->add_flag("--no-plots", a->no_plots, "write analysis.json only");
   cmd->add_option("--plot-script", a->plot_script, "the plotting script (default: scripts/plot_analysis.py of the source tree)");

@@ -7,6 +7,7 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 namespace {
@@ -163,15 +164,15 @@ void register_bench(CLI::App& app) {
     auto* a = program_lifetime<BenchArgs>();
     auto* cmd = app.add_subcommand("bench", "time full training steps (forward, backward, AdamW) on synthetic tokens");
     a->config.add_to(cmd);
-    cmd->add_option("--steps", a->steps, "timed steps")->check(CLI::PositiveNumber);
-    cmd->add_option("--warmup", a->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--steps", a->steps, "timed steps")->check(at_least(1));
+    cmd->add_option("--warmup", a->warmup, "untimed steps first")->check(at_least(0));
     cmd->add_flag("--json", a->json, "print one JSON object (an array of them with --variant)");
     cmd->add_option("--variant", a->variants,
                     "NAME:key=value;key=value — time several configurations in one run, alternating (repeatable; "
                     "the first is the baseline of the ratios; 'NAME:' is the base configuration)");
     cmd->add_option("--rounds", a->rounds,
                     "alternation rounds with --variant (default 3); without --variant, rounds of --steps steps (default 1)")
-        ->check(CLI::PositiveNumber);
+        ->check(at_least(1));
     cmd->add_flag("--cpu-time", a->cpu_time, "time process CPU seconds (use with OMP_NUM_THREADS=1 on a busy machine)");
     cmd->callback([a, cmd] {
       a->rounds_given = cmd->count("--rounds") > 0;

@@ -3,10 +3,12 @@
 // alone. Formats: docs/compare.md.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 
@@ -38,10 +40,15 @@ void register_compare(CLI::App& app) {
     auto* no_report = program_lifetime<bool>();  // false
     auto* cmd = app.add_subcommand("compare", "train a grid of variants × seeds at equal tokens; results.json, results.md, report.html (docs/compare.md)");
     cmd->add_option("grid", *grid, "grid file (TOML subset, docs/compare.md)")->required();
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--out", o->out_dir, "output directory (default runs/compare)");
     cmd->add_flag("--resume", o->resume, "continue the grid in --out: finished runs are skipped, a stopped run resumes from its last checkpoint");
-    cmd->add_option("--stop-after-runs", o->stop_after_runs, "stop after this many runs finish in this invocation (exit status 3)");
-    cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)");
+    cmd->add_option("--stop-after-runs", o->stop_after_runs, "stop after this many runs finish in this invocation (exit status 3)")
+        ->check(at_least(1))
+        ->default_str("none");
+    cmd->add_option("--stop-after-steps", o->stop_after_steps, "stop the first unfinished run after this many steps (exit status 3)")
+        ->check(at_least(1))
+        ->default_str("none");
     cmd->add_flag("--quiet", o->quiet, "no progress display");
     cmd->add_flag("--no-report", *no_report, "do not write report.html");
     auto* cell = program_lifetime<std::string>();
@@ -61,13 +68,14 @@ void register_compare(CLI::App& app) {
   {
     auto* in = program_lifetime<std::string>();
     auto* out = program_lifetime<std::string>();
-    *out = "report.html";
     auto* cmd = app.add_subcommand("report", "write the self-contained HTML report of a compare results.json");
     cmd->add_option("results", *in, "results.json written by `attnlab compare`")->required();
-    cmd->add_option("--out", *out, "HTML file (default report.html)");
+    cmd->add_option("--out", *out, "HTML file (default: report.html beside the results file, where compare writes it)");
     cmd->callback([in, out] {
-      api::write_compare_report(*in, *out);
-      std::printf("wrote %s\n", out->c_str());
+      // Beside results.json by default, not in whatever directory the command happens to run in.
+      const std::string html = !out->empty() ? *out : (std::filesystem::path(*in).parent_path() / "report.html").string();
+      api::write_compare_report(*in, html);
+      std::printf("wrote %s\n", html.c_str());
     });
   }
 }

@@ -5,6 +5,7 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 
@@ -15,7 +16,7 @@ void register_data(CLI::App& app) {
   cmd->add_option("--input", o->inputs, "UTF-8 text files (repeatable)");
   cmd->add_option("--dna", o->dna_inputs, "FASTA files, plain or .gz (repeatable): nucleotide tokens instead of text (docs/data.md, DNA)");
   cmd->add_option("--out", o->out_dir, "output directory: tokenizer.model, train.bin, val.bin, prepare.json")->required();
-  cmd->add_option("--vocab", o->vocab_size, "vocabulary size")->check(CLI::Range(260, 65536));
+  cmd->add_option("--vocab", o->vocab_size, "vocabulary size")->check(in_range(260, 65536));
   cmd->add_option("--val-fraction", o->val_fraction, "share of the text (in bytes) held out for validation, in (0, 0.5]")
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {

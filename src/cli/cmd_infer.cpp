@@ -9,6 +9,8 @@
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
 #include "cli/plots.h"
+#include "cli/progress_line.h"
+#include "cli/validators.h"
 
 namespace attnlab::cli {
 namespace {
@@ -58,6 +60,7 @@ void run_length_eval(const EvalArgs& a) {
   p.bucket = a.bucket;
   p.bos = a.bos;
   p.weights = weights_of(a.weights);
+  p.on_progress = progress_line();
   const api::LengthSweep sweep = api::evaluate_lengths(a.checkpoint, a.data, p);
   std::printf("eval %s on %s\n%s", a.checkpoint.c_str(), a.data.c_str(), sweep.table.c_str());
   if (!a.json.empty()) {
@@ -78,7 +81,7 @@ void run_eval(const EvalArgs& a) {
   p.batches = a.batches;
   p.weights = weights_of(a.weights);
   const api::EvalResult r = api::evaluate(a.checkpoint, a.data, p);
-  std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.3f\n", a.checkpoint.c_str(), a.data.c_str(),
+  std::printf("eval %s on %s: seq_len %d, %zu tokens, loss %.4f, perplexity %.5g\n", a.checkpoint.c_str(), a.data.c_str(),
               r.seq_len, r.tokens, r.loss, r.perplexity);
 }
 
@@ -114,6 +117,57 @@ void run_forward(const ForwardArgs& a) {
   std::printf("wrote %s: logits [%d, %d, %d]\n", a.out.c_str(), B, T, V);
 }
 
+// Prints the text of a growing id sequence as it grows, in O(window) per id: the text of a segment
+// of ids is decoded together with the id before it, whose own text is cut off, so that a word's
+// leading space (SentencePiece's ▁) survives the segment boundary; a new segment starts every 64
+// ids. A trailing U+FFFD (a UTF-8 character whose bytes are not all drawn yet) is held back.
+class TextStream {
+ public:
+  TextStream(const api::Tokenizer& tok, const std::vector<int32_t>& prompt) : tok_(tok), ids_(prompt) {
+    std::fputs(tok_.decode(ids_).c_str(), stdout);
+    std::fflush(stdout);
+    start_ = ids_.size();
+  }
+  void add(int32_t id) {
+    ids_.push_back(id);
+    flush_segment(false);
+    if (ids_.size() - start_ >= 64) {
+      flush_segment(true);
+      start_ = ids_.size();
+      emitted_ = 0;
+    }
+  }
+  void finish() {
+    flush_segment(true);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  void flush_segment(bool all) {
+    if (ids_.size() == start_) return;
+    const std::vector<int32_t> seg(ids_.begin() + std::ptrdiff_t(start_ - (start_ > 0 ? 1 : 0)), ids_.end());
+    std::string text = tok_.decode(seg);
+    if (start_ > 0) {
+      const std::string before = tok_.decode({ids_[start_ - 1]});
+      if (text.compare(0, before.size(), before) != 0) return;  // not separable yet: wait for more ids
+      text.erase(0, before.size());
+    }
+    static const std::string replacement = "\xEF\xBF\xBD";
+    size_t end = text.size();
+    if (!all && end >= replacement.size() && text.compare(end - replacement.size(), replacement.size(), replacement) == 0)
+      end -= replacement.size();
+    if (end > emitted_) {
+      std::fwrite(text.data() + emitted_, 1, end - emitted_, stdout);
+      std::fflush(stdout);
+      emitted_ = end;
+    }
+  }
+  const api::Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  size_t start_ = 0, emitted_ = 0;
+};
+
 void run_sample(const SampleArgs& a) {
   // The options first, each error naming the option.
   if (!std::isfinite(a.temperature) || a.temperature < 0)
@@ -142,14 +196,30 @@ void run_sample(const SampleArgs& a) {
     n = seq_len - prompt_len;
     std::fprintf(stderr, "note: learned positions end at model.seq_len = %d; generating %d tokens\n", seq_len, n);
   }
+  // RoPE and no positions (NoPE) are not built to extrapolate (docs/long-context.md: RoPE's recall
+  // falls below chance beyond T_train); ALiBi and GOAT are. Say so before the text degrades.
+  const std::string pos = cfg.get("attn.pos");
+  if ((pos == "rope" || pos == "none") && prompt_len + n > seq_len)
+    std::fprintf(stderr,
+                 "warning: the context reaches %d tokens, beyond model.seq_len = %d the model was trained on; attn.pos = %s "
+                 "does not extrapolate, so the text after token %d may degrade (use -n %d or less to stay within it)\n",
+                 prompt_len + n, seq_len, pos.c_str(), seq_len, std::max(0, seq_len - prompt_len));
   api::SamplingParams sp = api::default_sampling_params();
   sp.temperature = a.temperature;
   sp.top_k = a.top_k;
   sp.seed = a.seed;
   // (Among the tokenizer's ids: a model vocabulary larger than the tokenizer's has rows no text can decode.)
   sp.vocab_limit = std::min(V, tok.vocab_size());
-  const api::Generation g = model.generate(ids, n, sp, nullptr);
-  std::printf("%s\n", tok.decode(g.ids).c_str());
+  // The text streams as it is generated: the prompt first, then each id's piece when it is drawn.
+  TextStream stream(tok, ids);
+  const api::Generation g = model.generate(ids, n, sp, [&](int32_t id) {
+    stream.add(id);
+    return true;
+  });
+  stream.finish();
+  if (g.interrupted)
+    throw Interrupted("interrupted after " + std::to_string(g.generated) + " of " + std::to_string(n) +
+                      " tokens (the text so far is above); run the command again to sample anew (the same --seed gives the same text)");
   // Speed on stderr (stdout is the text): prefill = the prompt in one cached forward; decode = the
   // n − 1 single-token forwards plus sampling.
   if (!a.quiet) {
@@ -192,20 +262,23 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<EvalArgs>();
     auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint on a token shard");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--data", a->data, "token shard (llm.c format, from `attnlab prepare`)")->required();
-    cmd->add_option("--seq-len", a->seq_len, "evaluation length (default: model.seq_len)");
-    cmd->add_option("--batch-size", a->batch_size, "sequences per batch")->check(CLI::PositiveNumber);
-    cmd->add_option("--batches", a->batches, "at most this many batches (default: the whole shard)");
+    cmd->add_option("--seq-len", a->seq_len, "evaluation length (0: model.seq_len)")->check(at_least(0, "0 = model.seq_len"));
+    cmd->add_option("--batch-size", a->batch_size, "sequences per batch")->check(at_least(1));
+    cmd->add_option("--batches", a->batches, "at most this many batches (0: the whole shard)")->check(at_least(0, "0 = the whole shard"));
     cmd->add_option("--lengths", a->lengths,
                     "length extrapolation (docs/long-context.md): BOS-prefixed blocks of these lengths, multiples of "
-                    "model.seq_len (1,2,4,8) or tokens with the suffix tok (3000tok)");
-    cmd->add_option("--tokens", a->tokens, "with --lengths: tokens scored per length (default: 2^20, or what the shard holds)");
-    cmd->add_option("--chunk", a->chunk, "with --lengths: tokens per KV-cached forward chunk (default: model.seq_len)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (default: model.seq_len)")
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (default 1, attnlab prepare's BOS)");
+                    "model.seq_len (1,2,4,8) or tokens with the suffix tok (3000tok)")
+        ->check(not_empty("1,2,4,8"));
+    cmd->add_option("--tokens", a->tokens, "with --lengths: tokens scored per length (0: 2^20, or what the shard holds)")
+        ->check(at_least(0, "0 = 2^20 or what the shard holds"));
+    cmd->add_option("--chunk", a->chunk, "with --lengths: tokens per KV-cached forward chunk (0: model.seq_len)")
+        ->check(at_least(0, "0 = model.seq_len"));
+    cmd->add_option("--bucket", a->bucket, "with --lengths: width of the position buckets (0: model.seq_len)")
+        ->check(at_least(0, "0 = model.seq_len"));
+    cmd->add_option("--bos", a->bos, "with --lengths: the id put in front of each block (1: attnlab prepare's BOS)")->check(at_least(0));
     add_weights_option(cmd, a->weights);
     cmd->add_option("--json", a->json, "with --lengths: also write the report as JSON to this file, and a PNG next to it");
     cmd->add_flag("--no-plots", a->no_plots, "with --json: write the JSON only (no PNG)");
@@ -215,24 +288,27 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<ForwardArgs>();
     auto* cmd = app.add_subcommand("forward", "write the logits for given token ids as a NumPy .npy file");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "llm.c shard, or text file with one sequence of ids per line")->required();
     cmd->add_option("--out", a->out, "output .npy (float32 [B, T, V])")->required();
     cmd->add_option("--max-tokens", a->max_tokens,
-                    "longest sequence allowed (default: model.seq_len); a longer shard is cut to its first N tokens");
+                    "longest sequence allowed (0: model.seq_len); a longer shard is cut to its first N tokens")
+        ->check(at_least(0, "0 = model.seq_len"));
     add_weights_option(cmd, a->weights);
     cmd->callback([a] { run_forward(*a); });
   }
   {
     auto* a = program_lifetime<SampleArgs>();
     auto* cmd = app.add_subcommand("sample", "generate text with a KV cache");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--prompt", a->prompt, "prompt text")->required();
-    cmd->add_option("-n", a->n, "tokens to generate");
+    cmd->add_option("-n", a->n, "tokens to generate")->check(in_range(0, kMaxSampleTokens));
     cmd->add_option("--temperature", a->temperature, "softmax temperature (0 = greedy)");
-    cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)");
+    cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0 = all)")->check(at_least(0, "0 = all tokens"));
     cmd->add_flag("--quiet", a->quiet, "do not print the prefill and decode speed (stderr)");
-    cmd->add_option("--seed", a->seed, "sampling seed");
+    cmd->add_option("--seed", a->seed, "sampling seed")->check(seed_value());
     cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's data.tokenizer)");
     add_weights_option(cmd, a->weights);
     cmd->callback([a] { run_sample(*a); });
@@ -240,6 +316,7 @@ void register_infer(CLI::App& app) {
   {
     auto* a = program_lifetime<GradsArgs>();
     auto* cmd = app.add_subcommand("grads", "loss, logits and every parameter gradient for given sequences (reference tests)");
+    add_skip_checksums_flag(cmd);
     cmd->add_option("--checkpoint", a->checkpoint, "checkpoint (.safetensors)")->required();
     cmd->add_option("--tokens", a->tokens, "text file, one sequence of T+1 ids per line")->required();
     cmd->add_option("--out", a->out, "output .safetensors")->required();

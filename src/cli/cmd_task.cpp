@@ -7,7 +7,9 @@
 
 #include "attnlab/attnlab.h"
 #include "cli/common.h"
+#include "cli/validators.h"
 #include "cli/plots.h"
+#include "cli/progress_line.h"
 
 namespace attnlab::cli {
 namespace {
@@ -52,6 +54,7 @@ void run_task(TaskArgs& a) {
   o.seed = a.seed;
   o.batch_size = a.batch_size;
   o.chunk = a.chunk;
+  o.on_progress = progress_line();
   const api::TaskEvalResult rep = api::evaluate_task(a.checkpoint, a.params, o);
   std::printf("%s", rep.table.c_str());
   if (!a.json.empty()) {
@@ -73,19 +76,29 @@ void register_task(CLI::App& app) {
   cmd->add_flag("--train", a->do_train, "train a model on the task (the config options below; train.* as for attnlab train)");
   cmd->add_flag("--eval", a->do_eval, "evaluate --checkpoint on fresh samples at --lengths");
   a->config.add_to(cmd);
+  add_skip_checksums_flag(cmd);
   cmd->add_flag("--quiet", a->quiet, "with --train: no progress lines");
   cmd->add_option("--resume", a->resume, "with --train: resume exactly from a checkpoint of this task's run (give the same task options)");
-  cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run");
-  cmd->add_option("--keys", a->params.mqar_keys, "mqar: K distinct keys and K values (vocabulary 3 + 2K; default 64 in training, the checkpoint's in evaluation)");
-  cmd->add_option("--kv-pairs", a->params.kv_pairs, "mqar: key-value pairs per sample (default min(K, model.seq_len/8))");
-  cmd->add_option("--queries", a->params.queries, "mqar: queries per sample (default: the number of pairs)");
+  cmd->add_option("--stop-after", a->stop_after, "with --train: stop (with a checkpoint) after this many steps in this run")
+      ->check(at_least(1))
+      ->default_str("none");
+  cmd->add_option("--keys", a->params.mqar_keys, "mqar: K distinct keys and K values (vocabulary 3 + 2K; 0: 64 in training, the checkpoint's in evaluation)")
+      ->check(at_least(0, "0 = the default"));
+  cmd->add_option("--kv-pairs", a->params.kv_pairs, "mqar: key-value pairs per sample (0: min(K, model.seq_len/8))")
+      ->check(at_least(0, "0 = the default"));
+  cmd->add_option("--queries", a->params.queries, "mqar: queries per sample (0: the number of pairs)")
+      ->check(at_least(0, "0 = the default"));
   cmd->add_option("--checkpoint", a->checkpoint, "with --eval: checkpoint (.safetensors)");
-  cmd->add_option("--lengths", a->lengths, "with --eval: tokens read per sample, multiples of model.seq_len or N tok (default 1,2,4,8)");
-  cmd->add_option("--depths", a->depths, "with --eval, needle: depths in [0, 1] (default 0.1,0.3,0.5,0.7,0.9)");
-  cmd->add_option("--samples", a->samples, "with --eval: samples per length (and depth)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", a->seed, "with --eval: seed of the evaluation samples (training uses train.seed)");
-  cmd->add_option("--batch-size", a->batch_size, "with --eval: samples evaluated side by side")->check(CLI::PositiveNumber);
-  cmd->add_option("--chunk", a->chunk, "with --eval: tokens per KV-cached chunk (default model.seq_len)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lengths", a->lengths, "with --eval: tokens read per sample, multiples of model.seq_len or N tok")
+      ->check(not_empty("1,2,4,8"));
+  cmd->add_option("--depths", a->depths, "with --eval, needle: depths in [0, 1] (default 0.1,0.3,0.5,0.7,0.9)")
+      ->check(not_empty("0.1,0.5,0.9"));
+  cmd->add_option("--samples", a->samples, "with --eval: samples per length (and depth)")->check(at_least(1));
+  cmd->add_option("--seed", a->seed, "with --eval: seed of the evaluation samples (training uses train.seed)")
+      ->check(seed_value());
+  cmd->add_option("--batch-size", a->batch_size, "with --eval: samples evaluated side by side")->check(at_least(1));
+  cmd->add_option("--chunk", a->chunk, "with --eval: tokens per KV-cached chunk (0: model.seq_len)")
+      ->check(at_least(0, "0 = model.seq_len"));
   cmd->add_option("--json", a->json, "with --eval: also write the report as JSON, and a PNG next to it");
   cmd->add_flag("--no-plots", a->no_plots, "with --eval --json: write the JSON only (no PNG)");
   cmd->add_option("--plot-script", a->plot_script, "with --eval --json: the plotting script (default: scripts/plot_long_context.py of the source tree)");

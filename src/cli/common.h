@@ -31,6 +31,9 @@ struct ConfigArgs {
   api::Config api_config() const;
 };
 
+// `--skip-checksums` on a subcommand that loads checkpoints (api::set_verify_checksums).
+void add_skip_checksums_flag(CLI::App* cmd);
+
 // Storage for what a subcommand's options and callbacks fill in: it must live as long as the App
 // (CLI11 keeps pointers to it). A function-local static list (stable addresses) keeps it reachable
 // and frees it at exit; a bare `new` was reported by LeakSanitizer at every normal exit of the

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include "attnlab/distributed.h"
+#include "attnlab/model.h"
 #include "attnlab/version.h"
 #include "cli/common.h"
 
@@ -16,6 +18,11 @@ void ConfigArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--config", config_file, "configuration file (TOML subset: key = value, [tables])");
   cmd->add_option("--preset", preset, "built-in configuration: tiny, small or bench (applied before --config)");
   cmd->add_option("--set", sets, "override one key: --set model.n_layer=6 (repeatable)");
+}
+
+void add_skip_checksums_flag(CLI::App* cmd) {
+  cmd->add_flag_callback("--skip-checksums", [] { api::set_verify_checksums(false); },
+                         "load checkpoints without verifying their tensors' checksums (faster; damage goes unnoticed)");
 }
 
 api::Config ConfigArgs::api_config() const {
@@ -68,6 +75,8 @@ int main(int argc, char** argv) {
   CLI::App app{"attnlab: transformer attention-mechanism lab (train, evaluate, sample, compare) on CPU"};
   app.set_version_flag("--version", std::string("attnlab ") + attnlab::api::library_version());
   app.require_subcommand(1);
+  // Every option's help line shows its default ("[8]"); subcommands inherit this setting.
+  app.option_defaults()->always_capture_default();
   attnlab::cli::register_data(app);
   attnlab::cli::register_train(app);
   attnlab::cli::register_infer(app);
@@ -85,8 +94,18 @@ int main(int argc, char** argv) {
     // Every rank stops with this same message: rank 0 prints it.
     if (session->rank() == 0) std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
+  } catch (const attnlab::Interrupted& e) {
+    // Ctrl-C during long work: the documented status of a stop that can be continued, as training's.
+    std::fprintf(stderr, "\nattnlab: %s\n", e.what());
+    return 3;
   } catch (const attnlab::Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The sizes users give are checked against the machine's memory where they enter; what is
+    // left is an allocation nobody predicted: say so in words, not "std::bad_alloc".
+    std::fprintf(stderr, "attnlab: error: out of memory: an allocation failed (the sizes given, e.g. --sequences, "
+                         "--batch-size, --lengths or model.*, need more memory than this machine has)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());

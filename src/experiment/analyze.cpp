@@ -765,6 +765,8 @@ json analyze(GPT<T>& model, const std::vector<int32_t>& seqs, const std::vector<
             model.set_read_patch(q, j, nullptr);
           }
     }
+    model.set_observer(nullptr);  // (set again by the next batch; none left pointing at `an` on a stop)
+    report_progress(opt.progress, "analyze", s0 + B, n_seq, "windows");
   }
   model.set_observer(nullptr);
 

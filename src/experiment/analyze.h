@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/progress.h"
 #include "model/gpt.h"
 
 namespace attnlab {
@@ -20,6 +21,7 @@ struct AnalyzeOptions {
   uint64_t seed = 0;          // the CKA token sample and the bootstrap
   bool rescue_by_depth = true;  // §8.5: also patch one read at a time
   int recent_window = 128;    // §8.2: p_recent sums the last this many keys
+  ProgressFn progress;        // windows done, after each batch; Ctrl-C stops there
 };
 
 // Runs every diagnostic that applies to the model. `seqs` holds n_seq windows of seq_len + 1 tokens

@@ -29,6 +29,7 @@ struct GridTask {
   std::vector<std::string> sets;       // applied after the variant's sets (e.g. model.seq_len=128)
   int steps = 200;
   std::string lengths = "1,2,4";       // parse_lengths of the task model's seq_len
+  std::string lengths_origin = "[tasks] lengths";  // where it was set ("grid.toml:12"), for errors
   int samples = 64;                    // per length (and depth, for the needle)
   // mqar's shape as `attnlab task mqar --keys --kv-pairs --queries` takes it (0: the task's default).
   int mqar_keys = 0, kv_pairs = 0, queries = 0;
@@ -63,6 +64,7 @@ struct Grid {
   bool analyze = false;                // run analyze() on every final model
   int analyze_sequences = 16;
   std::string lengths;                 // length-extrapolation sweep of every final model ("" = none), e.g. "1,2,4"
+  std::string lengths_origin = "grid lengths";  // where it was set ("grid.toml:9"), for errors
   int length_tokens = 32768;           // tokens scored per length (the same stream prefix at every length)
   std::vector<GridTask> tasks;         // in file order
   std::vector<GridComparison> primary; // [primary] comparisons, in file order (empty: none)
@@ -97,6 +99,7 @@ struct CompareOptions {
   // cell_index and write no documents (cell_count 0: every run).
   int cell_index = 0, cell_count = 0;
   bool merge = false;           // train nothing: write the documents once every run has finished (an error naming the missing ones)
+  std::string grid_path;        // the grid file, for the resume hint ("" when the grid came as text: GRID)
 };
 
 // Runs (or resumes) the grid: in one process, or shared by the processes of an mpirun job

@@ -8,19 +8,21 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/memory.h"
+#include "attnlab/printable.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "checkpoint/checkpoint.h"
 
 namespace attnlab {
 
-std::vector<int> parse_lengths(const std::string& text, int train_len) {
+std::vector<int> parse_lengths(const std::string& text, int train_len, const std::string& source) {
   std::vector<int> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b == std::string::npos) fail("--lengths '", text, "': empty entry");
+    if (b == std::string::npos) fail(source, " ", printable(text), ": empty entry");
     std::string s = item.substr(b, e - b + 1);
     bool absolute = false;
     if (s.size() > 3 && s.compare(s.size() - 3, 3, "tok") == 0) {
@@ -31,15 +33,31 @@ std::vector<int> parse_lengths(const std::string& text, int train_len) {
     double v = 0;
     try { v = std::stod(s, &used); } catch (...) { used = 0; }
     if (used != s.size() || !(v > 0))
-      fail("--lengths entry '", item, "': expected a positive multiple of T_train (e.g. 4) or a length in tokens (e.g. 3000tok)");
+      fail(source, " entry ", printable(item), ": expected a positive multiple of T_train (e.g. 4) or a length in tokens (e.g. 3000tok)");
     const double len = absolute ? v : v * train_len;
-    if (len != std::floor(len) || len > (1 << 30))
-      fail("--lengths entry '", item, "': ", len, " tokens is not a whole number of tokens (T_train = ", train_len, ")");
-    if (len < 1) fail("--lengths entry '", item, "': a length must be at least 1 token");
+    // Too long first: 1e9 × T_train is a whole number, just far beyond any data or memory.
+    if (len > (1 << 30))
+      fail(source, " entry ", printable(item), ": ", std::llround(std::min(len, 1e18)), " tokens", absolute ? "" : " (× T_train = ",
+           absolute ? "" : std::to_string(train_len), absolute ? "" : ")",
+           " is too long: at most 2^30 = 1073741824 tokens, and the data must hold that many");
+    if (len != std::floor(len))
+      fail(source, " entry ", printable(item), ": ", len, " tokens is not a whole number of tokens (T_train = ", train_len, ")");
+    if (len < 1) fail(source, " entry ", printable(item), ": a length must be at least 1 token");
     out.push_back((int)len);
   }
-  if (out.empty()) fail("--lengths '", text, "': no lengths");
+  if (out.empty()) fail(source, " ", printable(text), ": no lengths");
   return out;
+}
+
+void check_inference_memory(const std::string& what, const Config& cfg, const std::vector<int>& lengths, int B) {
+  if (lengths.empty()) return;
+  const double longest = *std::max_element(lengths.begin(), lengths.end());
+  const double kv_dim = double(cfg.model.kv_heads) * cfg.model.head_dim();
+  const double bytes = 2.0 * cfg.model.n_layer * B * longest * kv_dim * sizeof(float);
+  check_fits_in_memory(what + ": evaluating at " + std::to_string((long long)longest) + " tokens", bytes,
+                       "the KV cache: " + std::to_string(B) + " sequences x " + std::to_string(cfg.model.n_layer) +
+                           " layers x 2 x " + std::to_string((long long)kv_dim) + " floats per token",
+                       "use shorter lengths or a smaller batch");
 }
 
 size_t peak_rss_bytes() {
@@ -91,6 +109,11 @@ LengthEvalReport evaluate_lengths(const std::function<std::unique_ptr<GPT<float>
   if (rep.token_budget < (size_t)Lmax)
     fail("--tokens ", opts.token_budget, " is smaller than the longest length ", Lmax, ": no block of that length would be scored");
 
+  // Progress in tokens scored over every applicable length (a batch of longer blocks takes longer
+  // per token; the display's ETA is smoothed over batches).
+  int64_t work_total = 0, work_done = 0;
+  for (int L : opts.lengths)
+    if (!(rep.pos == "learned" && L > Ttr)) work_total += int64_t(rep.token_budget / (size_t)L) * L;
   for (int L : opts.lengths) {
     LengthResult r;
     r.length = L;
@@ -130,6 +153,8 @@ LengthEvalReport evaluate_lengths(const std::function<std::unique_ptr<GPT<float>
           std::copy_n(tgt.data() + (size_t)b * L + c0, n, ctgt.data() + (size_t)b * n);
         }
         model->forward_cached_loss(cin.data(), ctgt.data(), n, losses.data());
+        // (inside the chunk loop: a block of 2048 × T_train is one long stretch of work)
+        report_progress(opts.progress, "length " + std::to_string(L), work_done + int64_t(rows) * (c0 + n), work_total, "tokens");
         // Sums in a fixed order (block, then position): the result does not depend on threads.
         for (int b = 0; b < rows; ++b)
           for (int t = 0; t < n; ++t) {
@@ -141,6 +166,7 @@ LengthEvalReport evaluate_lengths(const std::function<std::unique_ptr<GPT<float>
             if (pos >= Ttr) r.beyond_sum += l, r.beyond_tokens += 1;
           }
       }
+      work_done += int64_t(rows) * L;
     }
     r.tokens = r.blocks * (size_t)L;
     r.seconds = timer.seconds();

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "data/shard.h"
+#include "model/config.h"
 
 namespace attnlab {
 
@@ -21,8 +23,13 @@ class GPT;
 
 // "1,2,4,8" are multiples of T_train; an entry with the suffix "tok" is an absolute length in
 // tokens ("1,2,3000tok"). Fractional multiples are allowed when they give a whole number of
-// tokens. Errors name the entry.
-std::vector<int> parse_lengths(const std::string& text, int train_len);
+// tokens. Errors name the entry and `source` (the option, or a grid file's line).
+std::vector<int> parse_lengths(const std::string& text, int train_len, const std::string& source = "--lengths");
+
+// Refuses, before any work, an evaluation whose KV cache at the longest of `lengths` (B sequences
+// side by side) cannot fit in this machine's memory; the error starts with `what` (the option or
+// grid line) and gives the figure.
+void check_inference_memory(const std::string& what, const Config& cfg, const std::vector<int>& lengths, int B);
 
 struct LengthEvalOptions {
   std::vector<int> lengths;     // absolute, in tokens (parse_lengths)
@@ -32,6 +39,7 @@ struct LengthEvalOptions {
   int bucket = 0;               // width of the position buckets; 0: T_train
   int bos_id = 1;               // the id put in front of each block (attnlab prepare's tokenizer: 1)
   bool bf16_weights = false;    // GPT::round_weights_to_bf16 after loading (`--weights bf16`)
+  ProgressFn progress;          // tokens scored over the whole sweep, after each batch; Ctrl-C stops there
 };
 
 struct LengthResult {

@@ -57,8 +57,18 @@ std::vector<double> ticks(double lo, double hi, int target = 6, bool integer = f
 }
 
 // A line plot with optional bands, axes, ticks and a legend, as one <svg>.
-std::string line_plot(const std::string& title, const std::string& xlabel, const std::string& ylabel, const std::vector<Series>& ss,
+std::string line_plot(const std::string& title, const std::string& xlabel, const std::string& ylabel, const std::vector<Series>& given,
                       int W = 760, int H = 380, bool integer_x = false, double fixed_y0 = NAN, double fixed_y1 = NAN) {
+  // The series come from a results.json, which may be damaged or hand-edited: x and y of unequal
+  // length are cut to the shorter, a band of another length is dropped (fuzz_results found a read
+  // past the end of y, issue 28).
+  std::vector<Series> ss = given;
+  for (Series& s : ss) {
+    const size_t n = std::min(s.x.size(), s.y.size());
+    s.x.resize(n);
+    s.y.resize(n);
+    if (s.lo.size() != n || s.hi.size() != n) s.lo.clear(), s.hi.clear();
+  }
   const double L = 70, R = 170, T = 34, B = 50;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const auto& s : ss)

@@ -302,6 +302,9 @@ TaskEvalReport evaluate_task(const Task& task, const std::function<std::unique_p
   for (double d : depths)
     if (task.uses_depth() && !(d >= 0 && d <= 1)) fail("--depths: ", d, " is outside [0, 1]");
   if ((int)depths.size() > kMaxNeedleDepths) fail("--depths: ", depths.size(), " depths; at most ", kMaxNeedleDepths);
+  int64_t work_total = 0, work_done = 0;  // samples over every applicable cell
+  for (int L : opts.lengths)
+    if (!(rep.pos == "learned" && L > rep.train_len)) work_total += int64_t(depths.size()) * opts.samples;
   for (int L : opts.lengths) {
     const int Ls = L + 1;
     if (Ls < task.min_length())
@@ -353,6 +356,11 @@ TaskEvalReport evaluate_task(const Task& task, const std::function<std::unique_p
         for (int b = 0; b < rows; ++b)
           cell.score.add(arg.data() + (size_t)b * L, tgt.data() + (size_t)b * L, loss.data() + (size_t)b * L,
                          ans.data() + (size_t)b * na, na);
+        work_done += rows;
+        report_progress(opts.progress,
+                        std::string(task.name()) + " at " + std::to_string(L) + " tokens" +
+                            (depths[di] >= 0 ? " (depth " + std::to_string(depths[di]).substr(0, 4) + ")" : std::string()),
+                        work_done, work_total, "samples");
       }
       cell.seconds = timer.seconds();
       rep.cells.push_back(cell);

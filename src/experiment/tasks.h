@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/rng.h"
 #include "train/trainer.h"
 
@@ -114,6 +115,7 @@ struct TaskEvalOptions {
   int samples = 256;                        // per cell
   uint64_t seed = 1;
   int batch_size = 8, chunk = 0;            // chunk 0: T_train
+  ProgressFn progress;                      // samples over every cell, after each batch; Ctrl-C stops there
 };
 
 struct TaskCell {

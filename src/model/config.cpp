@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "attnlab/printable.h"
 #include "model/attention/mechanism.h"
 #include "model/config_values.h"
 #include "model/residual/residual.h"
@@ -239,20 +240,21 @@ std::vector<Assignment> parse_config_text(const std::string& text, const std::st
     const std::string s = trim(strip_comment(line));
     if (s.empty()) continue;
     if (s.front() == '[') {
-      if (s.back() != ']' || s.size() < 3) fail(where, ": malformed table header '", s, "' (expected [name])");
+      if (s.back() != ']' || s.size() < 3) fail(where, ": malformed table header ", printable(s), " (expected [name])");
       table = trim(s.substr(1, s.size() - 2));
       continue;
     }
     const size_t eq = s.find('=');
-    if (eq == std::string::npos) fail(where, ": expected `key = value`, got '", s, "'");
+    if (eq == std::string::npos) fail(where, ": expected `key = value`, got ", printable(s),
+                                       is_printable_text(s) ? "" : " (is this a text file?)");
     std::string key = trim(s.substr(0, eq)), value = trim(s.substr(eq + 1));
     if (key.empty()) fail(where, ": missing key before '='");
-    if (value.empty()) fail(where, ": ", key, " has no value");
+    if (value.empty()) fail(where, ": ", shown(key), " has no value");
     if (!table.empty()) key = table + "." + key;
     // keys_once (grid files): a second value would silently replace the first (TOML forbids it too).
     if (keys_once)
       for (const Assignment& earlier : out)
-        if (earlier.key == key) fail(where, ": ", key, " is given a second time (first at ", earlier.origin, "); give it once");
+        if (earlier.key == key) fail(where, ": ", shown(key), " is given a second time (first at ", earlier.origin, "); give it once");
     out.push_back({key, value, where});
   }
   return out;
@@ -268,8 +270,8 @@ std::vector<Assignment> parse_config_file(const std::string& path) {
 
 Assignment parse_override(const std::string& text) {
   const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) fail("--set ", text, ": expected key=value");
-  return {trim(text.substr(0, eq)), trim(text.substr(eq + 1)), "--set " + text};
+  if (eq == std::string::npos || eq == 0) fail("--set ", shown(text), ": expected key=value");
+  return {trim(text.substr(0, eq)), trim(text.substr(eq + 1)), "--set " + shown(text)};
 }
 
 Config resolve_config(const std::vector<Assignment>& assignments) {
@@ -278,7 +280,7 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   for (const auto& a : assignments) {
     const KeyDef* def = nullptr;
     for (const auto& kd : keys()) if (kd.name == a.key) def = &kd;
-    if (!def) fail(a.origin, ": unknown configuration key '", a.key, "'");
+    if (!def) fail(a.origin, ": unknown configuration key ", printable(a.key));
     def->set(c, a.value, a.origin);
     given[a.key] = &a;
   }
@@ -292,14 +294,29 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
     auto it = given.find(key);
     return it != given.end() ? it->second->origin : std::string("default");
   };
+  // A rule over several keys is blamed on the assignment that came last (the one that broke it:
+  // `--set model.n_head=3` on top of a preset, not the preset's d_model line); the others' origins
+  // follow in the message.
+  auto last_of = [&](std::initializer_list<const char*> names) -> std::string {
+    const Assignment* latest = nullptr;
+    for (const char* k : names) {
+      auto it = given.find(k);
+      if (it != given.end() && (!latest || it->second > latest)) latest = it->second;  // (pointers into `assignments`, in order)
+    }
+    return latest ? latest->origin : std::string("default");
+  };
+  auto from = [&](const char* key) { return " (" + where(key) + ")"; };
   ModelConfig& m = c.model;
   if (!given.count("model.kv_heads")) m.kv_heads = m.n_head;
   if (m.d_model % m.n_head != 0)
-    fail(where("model.d_model"), ": model.d_model = ", m.d_model, " is not divisible by model.n_head = ", m.n_head);
+    fail(last_of({"model.d_model", "model.n_head"}), ": model.d_model = ", m.d_model, from("model.d_model"),
+         " is not divisible by model.n_head = ", m.n_head, from("model.n_head"));
   if (m.n_head % m.kv_heads != 0)
-    fail(where("model.kv_heads"), ": model.n_head = ", m.n_head, " is not divisible by model.kv_heads = ", m.kv_heads);
+    fail(last_of({"model.n_head", "model.kv_heads"}), ": model.n_head = ", m.n_head, from("model.n_head"),
+         " is not divisible by model.kv_heads = ", m.kv_heads, from("model.kv_heads"));
   if (c.attn.pos == "rope" && m.head_dim() % 2 != 0)
-    fail(where("attn.pos"), ": attn.pos = rope needs an even head dimension, but model.d_model / model.n_head = ", m.head_dim());
+    fail(last_of({"attn.pos", "model.d_model", "model.n_head"}), ": attn.pos = rope", from("attn.pos"),
+         " needs an even head dimension, but model.d_model / model.n_head = ", m.d_model, " / ", m.n_head, " = ", m.head_dim());
   for (const auto& [key, layers] : {std::pair<const char*, const std::vector<int>*>{"attn.xsa.layers", &c.attn.xsa_layers},
                                     {"attn.goat.layers", &c.attn.goat.layers}})
     for (int layer : *layers)
@@ -327,7 +344,8 @@ Config resolve_config(const std::vector<Assignment>& assignments) {
   }
   if (m.mlp_hidden == 0) m.mlp_hidden = m.mlp == "gelu" ? 4 * m.d_model : 64 * ((8 * m.d_model + 191) / 192);
   if (c.train.warmup > c.train.steps && c.train.steps > 0)
-    fail(where("train.warmup"), ": train.warmup = ", c.train.warmup, " exceeds train.steps = ", c.train.steps);
+    fail(last_of({"train.warmup", "train.steps"}), ": train.warmup = ", c.train.warmup, from("train.warmup"),
+         " exceeds train.steps = ", c.train.steps, from("train.steps"));
   for (const MechanismInfo& info : attention_mechanisms())
     if (info.validate) info.validate(c, where);
   if (c.data.train.empty()) c.data.train = c.data.dir + "/train.bin";

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "attnlab/printable.h"
 
 namespace attnlab::config_values {
 
@@ -28,7 +29,7 @@ std::string unquote(const std::string& v) {
 }
 
 void bad_value(const std::string& key, const std::string& raw, const std::string& where, const std::string& expected) {
-  fail(where, ": ", key, " = ", raw, ": expected ", expected);
+  fail(where, ": ", key, " = ", shown(raw, 80), ": expected ", expected);
 }
 
 long long parse_int(const std::string& key, const std::string& raw, const std::string& where, long long lo, long long hi) {

@@ -21,6 +21,7 @@
 #include "core/files.h"
 #include "core/gemm.h"
 #include "core/peak.h"
+#include "core/stop_signals.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -34,67 +35,12 @@
 namespace attnlab {
 
 namespace {
-// Ctrl-C / SIGTERM: finish the current step, evaluate, write a checkpoint and return. A second
-// signal gets the default action (the process ends), so a stuck run can still be killed.
+// Ctrl-C / SIGTERM (core/stop_signals.h): finish the current step, evaluate, write a checkpoint
+// and return.
 //
-// No signal handler runs on a compute thread. With a handler (the first version), about one
-// interrupted run in 50 died with heap corruption, always with the signal arriving while oneDNN was
-// computing (CI's test_cli once; docs/reliability.md, fault 13): a handler's frame is written on
-// whatever stack the interrupted thread has at that instant. So while train() runs, SIGINT and
-// SIGTERM are blocked in the calling thread and in every OpenMP worker (threads created later
-// inherit the mask), and one thread of ours takes them with sigwaitinfo.
-std::atomic<int> g_stop_signal{0};
 // request_stop(): the same clean stop asked for by code (the Python package's Ctrl-C handler, a
 // callback) instead of a signal. An atomic store, so any thread (or a signal handler) may set it.
 std::atomic<bool> g_stop_requested{false};
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
-    block_in_workers(SIG_BLOCK);
-    waiter_ = std::thread([this] { wait(); });
-  }
-  ~StopSignals() {
-    stopping_.store(true);
-    pthread_kill(waiter_.native_handle(), SIGINT);  // wakes the waiter, which sees stopping_ and returns
-    waiter_.join();
-    block_in_workers(SIG_UNBLOCK);
-    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void block_in_workers(int how) {
-    const sigset_t* set = &set_;
-#pragma omp parallel
-    if (omp_get_thread_num() != 0) pthread_sigmask(how, set, nullptr);
-  }
-  void wait() {
-    for (;;) {
-      siginfo_t info;
-      const int sig = sigwaitinfo(&set_, &info);
-      if (stopping_.load()) return;
-      if (sig < 0) continue;  // EINTR
-      if (!g_stop_signal) {
-        g_stop_signal = sig;  // the step loop checks it after each step
-        continue;
-      }
-      // The second signal: the default action (termination), as if no one had caught it.
-      signal(sig, SIG_DFL);
-      pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
-      raise(sig);
-    }
-  }
-  sigset_t set_{}, old_mask_{};
-  std::atomic<bool> stopping_{false};
-  std::thread waiter_;
-};
 
 // A number for the JSON log: %.9g, or null when it is NaN or infinite (JSON has no such numbers).
 // Writes into buf (no allocation: the step loop allocates nothing).
@@ -523,10 +469,10 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     // disk stays the last good one.
     if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
     if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
-    if (g_stop_signal || g_stop_requested.load()) {
+    if (stop_requested() || g_stop_requested.load()) {
       sum.interrupted = state.step < tc.steps;
       if (!opts.quiet) {
-        const std::string why = g_stop_signal ? "signal " + std::to_string((int)g_stop_signal) : std::string("stop requested");
+        const std::string why = stop_signal() ? "signal " + std::to_string(stop_signal()) : std::string("stop requested");
         std::printf("interrupted (%s) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
                     why.c_str(), (long long)state.step, tc.out_dir.c_str());
       }

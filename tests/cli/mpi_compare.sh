@@ -116,7 +116,8 @@ check "(d) rank 1 was killed while training (pid $victim) and the job ended with
 "$BIN" compare "$G" --out "$WORK/d" --resume --quiet >"$WORK/d2.log" 2>&1
 check "(d) --resume finishes the grid" '[ $? = 0 ] && [ -s "$WORK/d/results.json" ]'
 strip "$WORK/d/results.json" >"$WORK/d.json"
-check "(d) results.json equals the one-process one" 'diff "$WORK/a.json" "$WORK/d.json" >"$WORK/d.diff"'
+check "(d) results.json equals the one-process one" \
+  'diff "$WORK/a.json" "$WORK/d.json" >"$WORK/d.diff" || { head -40 "$WORK/d.diff"; tail -20 "$WORK/d2.log"; ls -R "$WORK/d/runs" | head -40; false; }'
 
 # (f) a run that fails with an error on one rank: the job stops with that error (printed once, by
 # the rank it happened on) and rank 0's own, no summary; fixed, --resume finishes the grid.
@@ -124,7 +125,7 @@ mkdir -p "$WORK/f/runs/xsa_s1" && echo garbage >"$WORK/f/runs/xsa_s1/step_000008
 "${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/f" --resume >"$WORK/f.log" 2>"$WORK/f.err"
 rc=$?
 check "(f) a failing run stops the job with status 1, its error printed once, and no summary" \
-  '[ $rc = 1 ] && [ "$(grep -c "none of which can be read" "$WORK/f.err")" = 1 ] && grep -q "attnlab compare GRID --out $WORK/f --resume" "$WORK/f.err" && [ ! -e "$WORK/f/results.json" ]'
+  '[ $rc = 1 ] && [ "$(grep -c "none of which can be read" "$WORK/f.err")" = 1 ] && grep -qF "attnlab compare $G --out $WORK/f --resume" "$WORK/f.err" && [ ! -e "$WORK/f/results.json" ]'
 rm -rf "$WORK/f/runs/xsa_s1"
 "${MPIRUN[@]}" -np 2 "$BIN" compare "$G" --out "$WORK/f" --resume --quiet >/dev/null 2>&1
 check "(f) fixed, --resume finishes the grid with the same results.json" \

@@ -44,7 +44,9 @@ def test_module_logits_equal_the_engines(tmp_path, name, overrides, T, B):
     attnlab.Model(config, seed=seed).save(init)
     with safe_open(str(init), framework="numpy") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-        metadata = f.metadata()
+        # The perturbed tensors are not the bytes the checksums were made of: drop them (the file
+        # then loads as one without checksums, with a note; docs/checkpoint-format.md).
+        metadata = {k: v for k, v in f.metadata().items() if k != "checksums.xxh64"}
     rng = np.random.default_rng(seed)
     perturbed = tmp_path / "perturbed.safetensors"
     save_file(golden.perturb(tensors, rng), str(perturbed), metadata=metadata)

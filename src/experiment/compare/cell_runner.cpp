@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "data/shard.h"
 #include "experiment/analyze.h"
@@ -74,9 +77,9 @@ void check_finished_run(const Grid& grid, const Run& run, const fs::path& runs_d
   if (!fs::exists(result_path)) return;
   json done;
   try {
-    done = json::parse(read_text(result_path));
-  } catch (const json::exception& e) {
-    fail("compare: ", result_path, " is not valid JSON (", e.what(), "): delete ", dir.string(), " to redo this run");
+    done = read_json_file(result_path, "compare: run record");
+  } catch (const Error& e) {
+    fail(e.what(), ": delete ", dir.string(), " to redo this run");
   }
   const std::string diff = done.contains("config") ? config_differences(done["config"], run_config_json(run.cfg)) : "no config recorded";
   if (!diff.empty())
@@ -136,7 +139,8 @@ CellEnd CellRunner::run(size_t i) {
     return CellEnd::done;
   }
   if (opts.stop_after_runs >= 0 && finished_here_ >= opts.stop_after_runs) {
-    std::printf("compare: stopped after %d run(s) (--stop-after-runs); continue with --resume\n", finished_here_);
+    std::printf("compare: stopped after %d run(s) (--stop-after-runs); continue with `%s`\n", finished_here_,
+                resume_command(opts.grid_path, opts.out).c_str());
     return CellEnd::stopped;
   }
   const Config& cfg = run.cfg;
@@ -156,7 +160,7 @@ CellEnd CellRunner::run(size_t i) {
     if (!ck.empty() && ck_step >= 0) {
       if (!opts.resume) fail("compare: ", dir.string(), " holds checkpoints: pass --resume");
       if (fs::exists(progress_path)) {
-        const json old = json::parse(read_text(progress_path));
+        const json old = read_json_file(progress_path, "compare: run progress");
         for (const auto& e : old["train"]) if (e[0].get<int64_t>() <= ck_step) progress["train"].push_back(e);
         for (const auto& e : old["val"]) if (e[0].get<int64_t>() <= ck_step) progress["val"].push_back(e);
       }
@@ -196,6 +200,23 @@ CellEnd CellRunner::run(size_t i) {
     std::printf("[run %zu/%zu] %s: %s\n", i + 1, N, run.id.c_str(), what.c_str());
     std::fflush(stdout);
   };
+  // An evaluation's progress with its ETA (a moving average over batches): one line redrawn on a
+  // terminal, else a line every 10 s and at the end.
+  auto eval_progress = [&]() -> ProgressFn {
+    if (quiet) return {};
+    auto eta = std::make_shared<EtaEstimate>();
+    auto last_line = std::make_shared<double>(-1e9);
+    return [&, eta, last_line](const std::string& stage, int64_t done, int64_t total, const char* unit) {
+      const double left = eta->update(done, total), now = eta->elapsed();
+      const bool end = done >= total;
+      if (!tty_ && !end && now - *last_line < 10) return;
+      *last_line = now;
+      std::printf("%s[run %zu/%zu] %s: %s: %lld/%lld %s (%.0f%%), ETA %s%s", tty_ ? "\r" : "", i + 1, N, run.id.c_str(), stage.c_str(),
+                  (long long)done, (long long)total, unit, 100.0 * double(done) / double(std::max<int64_t>(total, 1)),
+                  fmt_eta(left).c_str(), tty_ && !end ? "   " : "\n");
+      std::fflush(stdout);
+    };
+  };
   bool interrupted = false;
   json result;
   if (grid.language_model) {
@@ -225,8 +246,9 @@ CellEnd CellRunner::run(size_t i) {
   write_file_atomic(progress_path, progress.dump());
   if (tty_ && !quiet && printed) std::printf("\n");
   if (reached < steps) {
-    std::printf("compare: %s stopped at step %lld of %d%s; continue with `attnlab compare GRID --out %s --resume`\n", run.id.c_str(),
-                (long long)reached, steps, interrupted ? " (interrupted)" : "", opts.out.c_str());
+    keep_newest_step_checkpoint(dir);
+    std::printf("compare: %s stopped at step %lld of %d%s; continue with `%s`\n", run.id.c_str(), (long long)reached, steps,
+                interrupted ? " (interrupted)" : "", resume_command(opts.grid_path, opts.out).c_str());
     return CellEnd::stopped;
   }
 
@@ -272,6 +294,7 @@ CellEnd CellRunner::run(size_t i) {
     AnalyzeOptions ao;
     ao.bootstrap = 200;
     ao.rescue_by_depth = false;
+    ao.progress = eval_progress();
     json a = analyze(*am, seqs, corrupt, grid.analyze_sequences, T, ao);
     a["checkpoint"] = model_path;
     a["data"] = cfg.data.val;
@@ -282,8 +305,9 @@ CellEnd CellRunner::run(size_t i) {
   if (!grid.lengths.empty() && run.budget_factor == 0) {
     status("validation loss at lengths " + grid.lengths + " × T_train (" + std::to_string(grid.length_tokens) + " tokens each)");
     LengthEvalOptions lo;
-    lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len);
+    lo.lengths = parse_lengths(grid.lengths, cfg.model.seq_len, grid.lengths_origin);
     lo.token_budget = (size_t)grid.length_tokens;
+    lo.progress = eval_progress();
     const LengthEvalReport rep = evaluate_lengths([&] { return load_model(); }, val, lo);
     json lj = length_report_json(rep);
     write_file_atomic((dir / "lengths.json").string(), lj.dump(1) + "\n");
@@ -314,8 +338,9 @@ CellEnd CellRunner::run(size_t i) {
     const int64_t treached = train_in(t.cfg, t.dir, tto, &data, opts.resume, &interrupted);
     if (tty_ && !quiet && printed) std::printf("\n");
     if (treached < t.cfg.train.steps) {
-      std::printf("compare: %s task %s stopped at step %lld of %d%s; continue with `attnlab compare GRID --out %s --resume`\n", run.id.c_str(),
-                  name.c_str(), (long long)treached, t.cfg.train.steps, interrupted ? " (interrupted)" : "", opts.out.c_str());
+      keep_newest_step_checkpoint(t.dir);
+      std::printf("compare: %s task %s stopped at step %lld of %d%s; continue with `%s`\n", run.id.c_str(), name.c_str(),
+                  (long long)treached, t.cfg.train.steps, interrupted ? " (interrupted)" : "", resume_command(opts.grid_path, opts.out).c_str());
       return CellEnd::stopped;
     }
     prune_step_checkpoints(t.dir, -1);
@@ -323,10 +348,11 @@ CellEnd CellRunner::run(size_t i) {
            std::to_string(t.task->samples) + " samples each)");
     const std::string tmodel = (t.dir / "model.safetensors").string();
     tasks::TaskEvalOptions eo;
-    eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len);
+    eo.lengths = parse_lengths(t.task->lengths, t.cfg.model.seq_len, t.task->lengths_origin);
     eo.samples = t.task->samples;
     eo.depths = t.task->depths;  // empty: the task's own
     eo.seed = 1;
+    eo.progress = eval_progress();
     const auto rep = tasks::evaluate_task(
         *t.gen,
         [&] {

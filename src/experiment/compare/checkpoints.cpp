@@ -1,5 +1,6 @@
 #include "experiment/compare/checkpoints.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "checkpoint/safetensors.h"
@@ -48,6 +49,17 @@ void prune_step_checkpoints(const fs::path& dir, int64_t keep) {
     const long long s = std::atoll(name.substr(5, 6).c_str());
     if (keep < 0 || s < keep) fs::remove(e.path(), ec);
   }
+}
+
+void keep_newest_step_checkpoint(const fs::path& dir) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() != 23 || name.substr(11) != ".safetensors") continue;
+    newest = std::max<int64_t>(newest, std::atoll(name.substr(5, 6).c_str()));
+  }
+  if (newest >= 0) prune_step_checkpoints(dir, newest);
 }
 
 }  // namespace attnlab::compare

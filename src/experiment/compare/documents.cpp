@@ -44,7 +44,7 @@ void write_grid_documents(const Grid& grid, const std::vector<Run>& runs, const 
   }
   for (const auto& r : runs) {  // the plan's order, not the order the runs finished in
     if (!fs::exists(runs_dir / r.id / "result.json")) continue;  // --summarize of an unfinished grid
-    json one = json::parse(read_text((runs_dir / r.id / "result.json").string()));
+    json one = read_json_file((runs_dir / r.id / "result.json").string(), "compare: run record");
     complete_from_run_files(one, runs_dir / r.id);
     val_tokens = one["val_tokens"].get<long long>();
     all.push_back(one);

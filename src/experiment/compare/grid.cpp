@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "attnlab/printable.h"
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
 #include "experiment/compare/plan.h"
@@ -171,6 +172,7 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       for (const auto& s : parse_string_list(k, a.value, a.origin)) g.seeds.push_back((uint64_t)parse_int(k, s, a.origin, 0, kMaxSeed));
     } else if (k == "lengths") {
       g.lengths = parse_quoted(k, a.value, a.origin);
+      g.lengths_origin = a.origin + ": lengths";
     } else if (k == "length_tokens") {
       g.length_tokens = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
     } else if (k.rfind("primary.", 0) == 0) {
@@ -187,7 +189,7 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       } else if (field == "power") {
         g.primary_power = parse_float(k, a.value, a.origin, 0.05, 0.999);
       } else {
-        fail(a.origin, ": unknown [primary] key '", field, "' (known: comparisons, effect, alpha, power)");
+        fail(a.origin, ": unknown [primary] key ", printable(field), " (known: comparisons, effect, alpha, power)");
       }
       if (primary_where.empty()) primary_where = a.origin;
     } else if (k.rfind("budget.", 0) == 0) {
@@ -207,14 +209,14 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
         }
         if (g.budget.factors.empty()) fail(a.origin, ": ", k, " needs a factor other than 1 (1 is the grid's own runs), e.g. [0.5, 2]");
       } else {
-        fail(a.origin, ": unknown [budget] key '", field, "' (known: variant, factors)");
+        fail(a.origin, ": unknown [budget] key ", printable(field), " (known: variant, factors)");
       }
     } else if (k.rfind("tasks.", 0) == 0) {
       const size_t dot = k.find('.', 6);
       if (dot == std::string::npos) fail(a.origin, ": a task's settings go in a [tasks.NAME] table, got ", k);
       const std::string name = k.substr(6, dot - 6), field = k.substr(dot + 1);
       if (name != "passkey" && name != "needle" && name != "mqar")
-        fail(a.origin, ": unknown task '", name, "' (passkey, needle or mqar)");
+        fail(a.origin, ": unknown task ", printable(name), " (passkey, needle or mqar)");
       if (!task_index.count(name)) {
         task_index[name] = g.tasks.size();
         g.tasks.push_back({});
@@ -223,7 +225,10 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       GridTask& t = g.tasks[task_index[name]];
       if (field == "set") t.sets = sets_of(k, a);
       else if (field == "steps") t.steps = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
-      else if (field == "lengths") t.lengths = parse_quoted(k, a.value, a.origin);
+      else if (field == "lengths") {
+        t.lengths = parse_quoted(k, a.value, a.origin);
+        t.lengths_origin = a.origin + ": " + k;
+      }
       else if (field == "samples") t.samples = (int)parse_int(k, a.value, a.origin, 1, kMaxInt);
       else if (name == "mqar" && field == "keys") t.mqar_keys = (int)parse_int(k, a.value, a.origin, 2, tasks::kMqarMaxKeys);
       else if (name == "mqar" && field == "kv_pairs") t.kv_pairs = (int)parse_int(k, a.value, a.origin, 1, tasks::kMqarMaxKeys);
@@ -232,7 +237,7 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       else if (field == "keys" || field == "kv_pairs" || field == "queries" || field == "depths")
         fail(a.origin, ": ", k, ": ", field, " is a key of [tasks.", field == "depths" ? "needle" : "mqar", "] only");
       else
-        fail(a.origin, ": unknown task key '", field, "' (known: set, steps, lengths, samples; [tasks.mqar] also keys, kv_pairs, queries; "
+        fail(a.origin, ": unknown task key ", printable(field), " (known: set, steps, lengths, samples; [tasks.mqar] also keys, kv_pairs, queries; "
              "[tasks.needle] also depths)");
       // The shape's own order, where both sides are given (the defaults are checked per cell, plan_runs).
       if (t.mqar_keys > 0 && t.kv_pairs > t.mqar_keys)
@@ -245,12 +250,12 @@ Grid parse_grid_text(const std::string& text, const std::string& origin) {
       const std::string name = k.substr(9, k.size() - 13);
       for (char c : name)
         if (!(std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '+'))
-          fail(a.origin, ": variant name '", name, "' may use letters, digits, '-', '_' and '+' only");
+          fail(a.origin, ": variant name ", printable(name), " may use letters, digits, '-', '_' and '+' only");
       index[name] = g.variants.size();
       g.variants.push_back({name, sets_of(k, a)});
     } else {
-      fail(a.origin, ": unknown grid key '", k,
-           "' (known: name, preset, set, language_model, steps, seeds, baseline, ckpt_every, analyze, analyze_sequences, lengths, length_tokens, "
+      fail(a.origin, ": unknown grid key ", printable(k),
+           " (known: name, preset, set, language_model, steps, seeds, baseline, ckpt_every, analyze, analyze_sequences, lengths, length_tokens, "
            "[variants.NAME] set, [tasks.NAME] set/steps/lengths/samples, [primary] comparisons/effect/alpha/power, [budget] variant/factors)");
     }
   }

@@ -31,21 +31,6 @@ std::vector<Assignment> run_assignments(const Grid& grid, const GridVariant& v) 
   return as;
 }
 
-// An evaluation at `lengths` (tokens) of B sequences side by side keeps every layer's keys and values
-// for the longest: 2 · n_layer · B · length · kv_dim floats at least. A grid asking for more than
-// this machine's memory is refused before anything trains (it failed after the first run had
-// trained, with "out of memory allocating ... bytes").
-void check_evaluation_memory(const std::string& what, const Config& cfg, const std::vector<int>& lengths, int B) {
-  if (lengths.empty()) return;
-  const double longest = *std::max_element(lengths.begin(), lengths.end());
-  const double kv_dim = double(cfg.model.kv_heads) * cfg.model.head_dim();
-  const double bytes = 2.0 * cfg.model.n_layer * B * longest * kv_dim * sizeof(float);
-  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (memory > 0 && bytes > memory)
-    fail(what, ": evaluating at ", (long long)longest, " tokens needs at least ", bytes / 1e9, " GB for the KV cache (", B,
-         " sequences x ", cfg.model.n_layer, " layers x 2 x ", (long long)kv_dim, " floats per token), more than this machine's ",
-         memory / 1e9, " GB: use shorter lengths");
-}
 
 // Training keeps four float buffers of every parameter (weights, gradients, Adam's two moments):
 // a cell whose model alone exceeds this machine's memory is refused before any cell trains (it
@@ -103,7 +88,7 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
       Run run{&v, seed, id, resolve_config(as), {}};
       if (grid.language_model) check_training_memory("variant " + v.name, run.cfg);  // a task-only grid trains no language model
       if (!grid.lengths.empty())  // a bad entry fails before any training
-        check_evaluation_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len),
+        check_inference_memory("grid lengths = \"" + grid.lengths + "\"", run.cfg, parse_lengths(grid.lengths, run.cfg.model.seq_len, grid.lengths_origin),
                                 LengthEvalOptions{}.batch_size);
       for (const auto& t : grid.tasks) {
         std::vector<Assignment> ts = run_assignments(grid, v);
@@ -138,8 +123,8 @@ std::vector<Run> plan_runs(const Grid& grid, const fs::path& runs_dir) {
           fail("grid task ", t.name, " (variant ", v.name, "): its samples need at least ", gen->min_length(),
                " tokens, so model.seq_len must be at least ", gen->min_length() - 1, " (it is ", tr.cfg.model.seq_len,
                "); set it in the task: [tasks.", t.name, "] set = [\"model.seq_len=", gen->min_length() - 1, "\"]");
-        check_evaluation_memory("[tasks." + t.name + "] lengths = \"" + t.lengths + "\"", tr.cfg,
-                                parse_lengths(t.lengths, tr.cfg.model.seq_len), tasks::TaskEvalOptions{}.batch_size);
+        check_inference_memory("[tasks." + t.name + "] lengths = \"" + t.lengths + "\"", tr.cfg,
+                                parse_lengths(t.lengths, tr.cfg.model.seq_len, t.lengths_origin), tasks::TaskEvalOptions{}.batch_size);
         run.tasks.push_back(std::move(tr));
       }
       runs.push_back(std::move(run));

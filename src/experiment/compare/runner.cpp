@@ -11,6 +11,7 @@
 #include "core/distributed.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/stop_signals.h"
 #include "data/files.h"
 #include "experiment/compare.h"
 #include "experiment/compare/cell_runner.h"
@@ -64,7 +65,27 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   data_files::write_file_atomically(path, {content}, "compare output");
 }
 
+namespace {
+bool run_compare_steps(const Grid& grid, const CompareOptions& opts);
+}
+
+// Ctrl-C / SIGTERM for the whole grid (core/stop_signals.h): training stops with a checkpoint (the
+// trainer's own scope nests in this one), an evaluation at its next batch; either way the grid
+// exits with the command that continues it. A run's evaluation starts again on --resume.
 bool run_compare(const Grid& grid, const CompareOptions& opts) {
+  StopSignals signals;
+  try {
+    return run_compare_steps(grid, opts);
+  } catch (const Interrupted& e) {
+    std::printf("\ncompare: %s; the run's training is kept and its evaluation starts again on resume: continue with `%s`\n",
+                e.what(), resume_command(opts.grid_path, opts.out).c_str());
+    std::fflush(stdout);
+    return false;
+  }
+}
+
+namespace {
+bool run_compare_steps(const Grid& grid, const CompareOptions& opts) {
   const int ranks = distributed::size(), rank = distributed::rank();
   const bool cell_mode = opts.cell_count > 0;
   const bool trains = !opts.summarize_only && !opts.merge;
@@ -108,9 +129,9 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
         if (!fs::exists(path)) continue;
         json stored;
         try {
-          stored = json::parse(read_text(path.string()));
-        } catch (const json::exception& e) {
-          fail("compare: ", path.string(), " is not valid JSON (", e.what(), "): delete ", (runs_dir / r.id).string(), " to redo this run");
+          stored = read_json_file(path.string(), "compare: run record");
+        } catch (const Error& e) {
+          fail(e.what(), ": delete ", (runs_dir / r.id).string(), " to redo this run");
         }
         const std::string key = r.cfg.data.train + "\n" + r.cfg.data.val + "\n" + r.cfg.data.tokenizer;
         auto it = data_by_files.find(key);
@@ -130,7 +151,7 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
       const std::string missing = missing_runs(runs, runs_dir, &count);
       if (count > 0)
         fail("compare --merge: ", count, " of ", runs.size(), " runs of ", opts.out, " have not finished (no result.json): ", missing,
-             "; run their cells (--cell I/N, or `attnlab compare GRID --out ", opts.out, " --resume`) first");
+             "; run their cells (--cell I/N, or `", resume_command(opts.grid_path, opts.out), "`) first");
     }
     if (trains) {
       fs::create_directories(runs_dir);
@@ -189,32 +210,33 @@ bool run_compare(const Grid& grid, const CompareOptions& opts) {
     }
     if (!failure.empty()) {
       if (ranks > 1 && rank == 0)
-        fail(failure, "\n(the other processes finished their runs; the runs finished are kept: fix the cause and continue with "
-             "`attnlab compare GRID --out ", opts.out, " --resume`)");
+        fail(failure, "\n(the other processes finished their runs; the runs finished are kept: fix the cause and continue with `",
+             resume_command(opts.grid_path, opts.out), "`)");
       throw Error(ranks > 1 ? "rank " + std::to_string(rank) + ": " + failure : failure);
     }
     if (rank != 0) return worst != distributed::ItemEnd::stopped;
     if (worst == distributed::ItemEnd::failed)
       fail("compare: a run failed on another process (its error is printed above); the runs finished are kept: fix its cause and "
-           "continue with `attnlab compare GRID --out ", opts.out, " --resume`");
+           "continue with `", resume_command(opts.grid_path, opts.out), "`");
     if (worst == distributed::ItemEnd::stopped) {
-      if (ranks > 1) std::printf("compare: stopped; continue with `attnlab compare GRID --out %s --resume`\n", opts.out.c_str());
+      if (ranks > 1) std::printf("compare: stopped; continue with `%s`\n", resume_command(opts.grid_path, opts.out).c_str());
       return false;
     }
     if (cell_mode) {
       if (!opts.quiet)
-        std::printf("compare: cell %d/%d done (%zu of %zu runs); once every cell is done: attnlab compare GRID --out %s --merge\n",
-                    opts.cell_index, opts.cell_count, cells.size(), runs.size(), opts.out.c_str());
+        std::printf("compare: cell %d/%d done (%zu of %zu runs); once every cell is done: %s\n", opts.cell_index, opts.cell_count,
+                    cells.size(), runs.size(), resume_command(opts.grid_path, opts.out, "--merge").c_str());
       return true;
     }
     size_t count = 0;
     const std::string missing = missing_runs(runs, runs_dir, &count);
     if (count > 0)  // a process of the job lost its runs without saying so
       fail("compare: ", count, " of ", runs.size(), " runs have no result.json after every process finished: ", missing,
-           "; continue with `attnlab compare GRID --out ", opts.out, " --resume`");
+           "; continue with `", resume_command(opts.grid_path, opts.out), "`");
   }
   write_grid_documents(grid, runs, opts);
   return true;
 }
+}  // namespace
 
 }  // namespace attnlab
