@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -70,5 +71,14 @@ std::string shell_word(const std::string& w) {
 std::string resume_command(const std::string& grid_path, const std::string& out, const char* flag) {
   return "attnlab compare " + (grid_path.empty() ? std::string("GRID") : shell_word(grid_path)) + " --out " + shell_word(out) + " " + flag;
 }
+
+std::string num(const nlohmann::json& x, const char* format) {
+  if (!x.is_number()) return "–";
+  char b[64];
+  std::snprintf(b, sizeof b, format, x.get<double>());
+  return b;
+}
+
+std::string pval(const nlohmann::json& x) { return x.is_number() ? num(x, x.get<double>() < 1e-3 ? "%.1e" : "%.3f") : "–"; }
 
 }  // namespace attnlab::compare

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "experiment/compare/common.h"
 #include "experiment/compare/inference.h"
 
 namespace attnlab::compare {
@@ -11,13 +12,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string num(const json& x, const char* format) {
-  if (!x.is_number()) return "–";
-  char b[64];
-  std::snprintf(b, sizeof b, format, x.get<double>());
-  return b;
-}
-std::string pval(const json& x) { return x.is_number() ? num(x, x.get<double>() < 1e-3 ? "%.1e" : "%.3f") : "–"; }
 // Built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&.
 std::string interval(const json& c, const char* format, const char* suffix = "") {
   if (!c.is_array()) return "–";

@@ -44,13 +44,6 @@ json loss_at(const json& l, size_t i, int bucket) {
   return (size_t)bucket < b.size() ? b[bucket] : json(nullptr);
 }
 
-std::string num(const json& x, const char* format) {
-  if (!x.is_number()) return "–";
-  char b[64];
-  std::snprintf(b, sizeof b, format, x.get<double>());
-  return b;
-}
-std::string pval(const json& x) { return x.is_number() ? num(x, x.get<double>() < 1e-3 ? "%.1e" : "%.3f") : "–"; }
 
 }  // namespace
 

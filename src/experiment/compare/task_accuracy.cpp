@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "experiment/compare/common.h"
 #include "experiment/compare/inference.h"
 #include "experiment/stats.h"
 
@@ -47,12 +48,6 @@ bool pooled(const std::vector<const json*>& parts, const char* solved_key, const
   return !parts.empty();
 }
 
-std::string num(const json& x, const char* format) {
-  if (!x.is_number()) return "–";
-  char b[64];
-  std::snprintf(b, sizeof b, format, x.get<double>());
-  return b;
-}
 
 std::string interval(const json& c, const char* format) {
   if (!c.is_array()) return "–";
