@@ -1,6 +1,6 @@
 // libFuzzer target: the configuration parser (TOML subset, --set overrides, strict validation) and
 // the stored-configuration path (JSON -> Config) on arbitrary text. Seeds: fuzz/corpus/config.
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 #include "core/error.h"

@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <thread>
 
 #include "attnlab/attnlab.h"

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <sstream>
 
 #include "core/error.h"

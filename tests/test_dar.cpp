@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <unistd.h>
 
 #include "check.h"

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <set>
 #include <string>
 #include <vector>

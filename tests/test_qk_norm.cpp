@@ -7,7 +7,7 @@
 #include <omp.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 #include "check.h"

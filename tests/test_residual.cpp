@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <tuple>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <omp.h>
 
 #include "check.h"

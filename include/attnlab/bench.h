@@ -89,6 +89,7 @@ struct BenchVariantResult {
 
 struct BenchResult {
   int rounds = 0, threads = 0;
+  bool cpu_time = false;                // BenchParams::cpu_time
   PeakFlops peak;                       // fp32
   std::vector<BenchVariantResult> variants;  // in the order given
 };
@@ -98,5 +99,9 @@ struct BenchResult {
 // (forward, backward, AdamW) of every variant in turn, so that a shared machine's slow drifts hit
 // all alike.
 BenchResult bench(const std::vector<BenchVariant>& variants, const BenchParams& params = default_bench_params());
+
+// The result as `attnlab bench --json` prints it: one JSON object per variant (every field above,
+// the kernels in use and the resolved config), one object when there is one variant, else an array.
+std::string bench_result_json(const BenchResult& result);
 
 }  // namespace attnlab::api

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "api/internal.h"
 #include "attnlab/analyze.h"

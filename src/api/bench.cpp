@@ -9,6 +9,7 @@
 #include "attnlab/bench.h"
 #include "core/denormals.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/gemm.h"
 #include "core/peak.h"
 #include "core/rng.h"
@@ -162,6 +163,7 @@ BenchResult bench(const std::vector<BenchVariant>& variants, const BenchParams& 
   const double base = median(runs[0]->times);
   BenchResult result;
   result.rounds = rounds;
+  result.cpu_time = params.cpu_time;
   result.threads = omp_threads();
   result.peak = public_peak(attnlab::peak_flops(omp_threads()));
   for (auto& r : runs) {
@@ -203,6 +205,25 @@ BenchResult bench(const std::vector<BenchVariant>& variants, const BenchParams& 
     result.variants.push_back(std::move(v));
   }
   return result;
+}
+
+std::string bench_result_json(const BenchResult& result) {
+  const KernelInfo kernels = kernel_info();
+  nlohmann::json out = nlohmann::json::array();
+  for (const BenchVariantResult& r : result.variants)
+    out.push_back({{"name", r.name}, {"tokens_per_s", r.tokens_per_s}, {"ms_per_step_median", r.ms_per_step_median},
+                   {"ratio", r.ratio}, {"gflops", r.gflops}, {"flops_per_token", r.flops_per_token}, {"steps", r.step_seconds.size()},
+                   {"rounds", result.rounds}, {"ms_per_step_mean", r.ms_per_step_mean}, {"ms_per_step_sd", r.ms_per_step_sd},
+                   {"tokens_per_s_mean", r.tokens_per_s_mean}, {"tokens_per_s_sd", r.tokens_per_s_sd},
+                   {"ratio_mean", r.ratio_mean}, {"ratio_sd", r.ratio_sd},
+                   // (each round's median step, in seconds, whatever the key's name says)
+                   {"round_ms_per_step", r.round_median_seconds}, {"mfu_percent", r.mfu_percent}, {"peak_gflops", r.peak.gflops},
+                   {"peak_source", r.peak.source}, {"peak_isa", r.peak.isa}, {"precision", r.precision}, {"cpu_time", result.cpu_time},
+                   {"threads", result.threads}, {"attention_kernels", kernels.attention_kernels}, {"params", r.params},
+                   {"activation_bytes", r.activation_bytes},
+                   {"residual_activation_bytes", r.residual_activation_bytes},
+                   {"config", nlohmann::json::parse(r.config.to_json_string())}});
+  return (out.size() == 1 ? out[0] : out).dump();
 }
 
 }  // namespace attnlab::api

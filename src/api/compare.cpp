@@ -3,7 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "attnlab/compare.h"
 #include "core/denormals.h"
@@ -96,8 +96,8 @@ CompareResult read_compare_results(const std::string& results_json) {
       const bool has = vs.is_object();
       v.diff = has ? number(vs["diff"]) : NAN;
       v.p_value = has ? number(vs["p"]) : NAN;
-      v.ci95_low = has && vs["ci95"].is_array() ? number(vs["ci95"][0]) : NAN;
-      v.ci95_high = has && vs["ci95"].is_array() ? number(vs["ci95"][1]) : NAN;
+      v.ci95_low = has && vs["ci95"].is_array() ? number(element(vs["ci95"], 0)) : NAN;
+      v.ci95_high = has && vs["ci95"].is_array() ? number(element(vs["ci95"], 1)) : NAN;
       r.variants.push_back(std::move(v));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -114,9 +114,8 @@ void write_compare_report(const std::string& results_json, const std::string& ht
   try {
     if (j.contains("runs") && j["runs"].is_array() && j.contains("grid")) summarize_results(j);
     else if (!j.contains("summary")) fail("results file ", results_json, ": has neither runs nor a summary");
-    // The page reads the document through nlohmann's const operator[], which is undefined for a
-    // missing key (fuzz_results: a read of freed memory): its top-level parts are checked first.
-    // (Nested keys are not yet; docs/reliability.md, "Fuzzing".)
+    // Its top-level parts are checked first, for a message that says what is missing; a nested
+    // key missing deeper in is an out_of_range from nlohmann (src/core/json.h), caught below.
     for (const char* key : {"grid", "runs", "summary"})
       if (!j.contains(key)) fail("results file ", results_json, ": has no \"", key, "\"");
     if (!j["grid"].is_object() || !j["runs"].is_array() || !j["summary"].is_array())

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "api/internal.h"
 #include "core/error.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <set>
 
 #include "core/error.h"

@@ -1,6 +1,6 @@
 #include "checkpoint/checksums.h"
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 

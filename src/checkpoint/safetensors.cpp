@@ -13,7 +13,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <numeric>
 #include <set>
 #include <sstream>

@@ -1,7 +1,6 @@
 // `attnlab bench` (training-step timing on synthetic tokens) and `attnlab info` (sizes and memory),
 // through the public API (include/attnlab/) alone.
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -67,51 +66,36 @@ void run_bench(const BenchArgs& a) {
   const int rounds = res.rounds;
   const api::KernelInfo kernels = api::kernel_info();
   const auto& runs = res.variants;
-  nlohmann::json out = nlohmann::json::array();
-  if (!a.json) {
-    const api::Config& c = runs[0].config;
-    auto number = [&](const char* key) { return std::stoi(c.get(key)); };
-    std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s, attention kernels %s\n", number("model.n_layer"),
-                number("model.d_model"), number("model.n_head"), number("model.seq_len"), number("train.batch_size"),
-                number("model.vocab_size"), res.threads,
-                (runs[0].precision == "bf16" ? kernels.gemm_backend_bf16 : kernels.gemm_backend).c_str(),
-                kernels.attention_kernels.c_str());
-    std::printf("%d round%s x %d steps per variant%s, %s time; mean ± sd over %s; MFU against %.0f GFLOP/s (%s %s peak)\n",
-                rounds, rounds > 1 ? "s" : "", a.steps, runs.size() > 1 ? ", alternating" : "",
-                a.cpu_time ? "process CPU" : "wall", rounds > 1 ? "the rounds' median steps" : "the steps", res.peak.gflops,
-                res.peak.source.c_str(), res.peak.isa.c_str());
-    for (const auto& r : runs)
-      if (r.precision == "bf16") {
-        std::printf("bf16 variants: MFU against %.0f GFLOP/s (%s %s peak)\n", r.peak.gflops, r.peak.source.c_str(), r.peak.isa.c_str());
-        break;
-      }
-    std::printf("%-16s %19s %21s %8s %6s %9s %15s\n", "variant", "ms/step", "tokens/s", "GFLOP/s", "MFU",
-                "act. MB", runs.size() > 1 ? "ratio (time)" : "");
+  if (a.json) {
+    std::printf("%s\n", api::bench_result_json(res).c_str());
+    return;
   }
-  for (const auto& r : runs) {
-    if (a.json) {
-      out.push_back({{"name", r.name}, {"tokens_per_s", r.tokens_per_s}, {"ms_per_step_median", r.ms_per_step_median},
-                     {"ratio", r.ratio}, {"gflops", r.gflops}, {"flops_per_token", r.flops_per_token}, {"steps", r.step_seconds.size()},
-                     {"rounds", rounds}, {"ms_per_step_mean", r.ms_per_step_mean}, {"ms_per_step_sd", r.ms_per_step_sd},
-                     {"tokens_per_s_mean", r.tokens_per_s_mean}, {"tokens_per_s_sd", r.tokens_per_s_sd},
-                     {"ratio_mean", r.ratio_mean}, {"ratio_sd", r.ratio_sd},
-                     // (each round's median step, in seconds, whatever the key's name says)
-                     {"round_ms_per_step", r.round_median_seconds}, {"mfu_percent", r.mfu_percent}, {"peak_gflops", r.peak.gflops},
-                     {"peak_source", r.peak.source}, {"peak_isa", r.peak.isa}, {"precision", r.precision}, {"cpu_time", a.cpu_time},
-                     {"threads", res.threads}, {"attention_kernels", kernels.attention_kernels}, {"params", r.params},
-                     {"activation_bytes", r.activation_bytes},
-                     {"residual_activation_bytes", r.residual_activation_bytes},
-                     {"config", nlohmann::json::parse(r.config.to_json_string())}});
-    } else {
-      char ratio_text[64] = "";
-      if (runs.size() > 1 && rounds > 1) std::snprintf(ratio_text, sizeof ratio_text, "%.3f ± %.3f", r.ratio_mean, r.ratio_sd);
-      else if (runs.size() > 1) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", r.ratio);
-      std::printf("%-16s %9.1f ± %7.1f %10.0f ± %8.0f %8.1f %5.1f%% %9.2f %15s\n", r.name.c_str(), r.ms_per_step_mean, r.ms_per_step_sd,
-                  r.tokens_per_s_mean, r.tokens_per_s_sd, r.tokens_per_s_mean * r.flops_per_token / 1e9, r.mfu_percent,
-                  r.activation_bytes / 1e6, ratio_text);
+  const api::Config& c = runs[0].config;
+  auto number = [&](const char* key) { return std::stoi(c.get(key)); };
+  std::printf("attnlab bench: L=%d d=%d H=%d T=%d B=%d V=%d, %d threads, %s, attention kernels %s\n", number("model.n_layer"),
+              number("model.d_model"), number("model.n_head"), number("model.seq_len"), number("train.batch_size"),
+              number("model.vocab_size"), res.threads,
+              (runs[0].precision == "bf16" ? kernels.gemm_backend_bf16 : kernels.gemm_backend).c_str(),
+              kernels.attention_kernels.c_str());
+  std::printf("%d round%s x %d steps per variant%s, %s time; mean ± sd over %s; MFU against %.0f GFLOP/s (%s %s peak)\n",
+              rounds, rounds > 1 ? "s" : "", a.steps, runs.size() > 1 ? ", alternating" : "",
+              a.cpu_time ? "process CPU" : "wall", rounds > 1 ? "the rounds' median steps" : "the steps", res.peak.gflops,
+              res.peak.source.c_str(), res.peak.isa.c_str());
+  for (const auto& r : runs)
+    if (r.precision == "bf16") {
+      std::printf("bf16 variants: MFU against %.0f GFLOP/s (%s %s peak)\n", r.peak.gflops, r.peak.source.c_str(), r.peak.isa.c_str());
+      break;
     }
+  std::printf("%-16s %19s %21s %8s %6s %9s %15s\n", "variant", "ms/step", "tokens/s", "GFLOP/s", "MFU",
+              "act. MB", runs.size() > 1 ? "ratio (time)" : "");
+  for (const auto& r : runs) {
+    char ratio_text[64] = "";
+    if (runs.size() > 1 && rounds > 1) std::snprintf(ratio_text, sizeof ratio_text, "%.3f ± %.3f", r.ratio_mean, r.ratio_sd);
+    else if (runs.size() > 1) std::snprintf(ratio_text, sizeof ratio_text, "%.3f", r.ratio);
+    std::printf("%-16s %9.1f ± %7.1f %10.0f ± %8.0f %8.1f %5.1f%% %9.2f %15s\n", r.name.c_str(), r.ms_per_step_mean, r.ms_per_step_sd,
+                r.tokens_per_s_mean, r.tokens_per_s_sd, r.tokens_per_s_mean * r.flops_per_token / 1e9, r.mfu_percent,
+                r.activation_bytes / 1e6, ratio_text);
   }
-  if (a.json) std::printf("%s\n", (runs.size() == 1 ? out[0] : out).dump().c_str());
 }
 
 // "avx2, 8 float lanes; this CPU runs avx2, baseline (ATTNLAB_KERNELS=<set> chooses)".

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <numeric>
 #include <string_view>
 #include <utility>

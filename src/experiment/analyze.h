@@ -3,7 +3,7 @@
 // versioned, is docs/analysis.md; every number is defined there with the §8 section it follows.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <vector>
 
 #include "core/progress.h"

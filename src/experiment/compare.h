@@ -5,7 +5,7 @@
 // docs/compare.md.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

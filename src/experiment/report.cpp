@@ -270,7 +270,7 @@ void language_model_section(std::ostringstream& o, const json& results, const st
     } else {
       const auto& b = s["vs_baseline"];
       o << "<td class=\"n\">" << num(b["diff"], "%+.4f") << "</td><td class=\"n\">"
-        << (b["ci95"].is_array() ? "[" + num(b["ci95"][0], "%+.4f") + ", " + num(b["ci95"][1], "%+.4f") + "]" : "–") << "</td><td class=\"n\">"
+        << (b["ci95"].is_array() ? "[" + num(element(b["ci95"], 0), "%+.4f") + ", " + num(element(b["ci95"], 1), "%+.4f") + "]" : "–") << "</td><td class=\"n\">"
         << num(b["p"], b["p"].is_number() && b["p"].get<double>() < 1e-3 ? "%.1e" : "%.3f") << "</td>";
       if (b.contains("paired")) {
         const auto& q = b["paired"];

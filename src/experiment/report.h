@@ -3,7 +3,7 @@
 // a seed band, training-loss curves, the results table, and the analyze figures where the runs have
 // them (similarity bias by layer, GOAT priors, depth maps).
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 namespace attnlab {

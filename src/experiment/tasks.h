@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <string_view>
 #include <vector>

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <set>
 #include <sstream>
 

@@ -10,7 +10,7 @@
 
 #include <fstream>
 #include <string>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/threads.h"
 

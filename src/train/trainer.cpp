@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "core/error.h"
 #include "core/files.h"

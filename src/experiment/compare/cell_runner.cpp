@@ -235,7 +235,7 @@ CellEnd CellRunner::run(size_t i) {
   to.on_eval = [&](int64_t step, double vl, size_t) {
     if (step % std::max(1, cfg.train.eval_every) != 0 && step != steps) return;  // an interruption's extra evaluation
     auto& val = progress["val"];
-    if (!val.empty() && val.back()[0].get<int64_t>() == step) val.erase(val.size() - 1);
+    if (!val.empty() && element(val.back(), 0).get<int64_t>() == step) val.erase(val.size() - 1);
     val.push_back(json::array({step, num_or_null(vl)}));
   };
   if (!quiet) {

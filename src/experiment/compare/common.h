@@ -1,7 +1,7 @@
 // Small pieces the files of `attnlab compare` (eval/compare.h) share: reading a text file, a
 // number as JSON (null when not finite, as results.json writes it), a list of settings as text.
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 #include <vector>
 

@@ -62,8 +62,8 @@ TextTable budget_points_table(const json& gains) {
     if (p["sd"].is_number()) loss += " ± " + num(p["sd"], "%.4f");
     loss += " (" + std::to_string(p["n"].get<int>()) + ")";
     const bool fitted = fit.is_object() && i < fit["fitted"].size();
-    t.rows.push_back({num(p["factor"], "%g") + "×", num(p["tokens"], "%.0f"), loss, fitted ? num(fit["fitted"][i], "%.4f") : "–",
-                      fitted ? num(fit["residuals"][i], "%+.4f") : "–"});
+    t.rows.push_back({num(p["factor"], "%g") + "×", num(p["tokens"], "%.0f"), loss, fitted ? num(element(fit["fitted"], i), "%.4f") : "–",
+                      fitted ? num(element(fit["residuals"], i), "%+.4f") : "–"});
     ++i;
   }
   return t;
@@ -73,7 +73,7 @@ TextTable gains_table(const json& gains) {
   const std::string base = gains["variant"].get<std::string>();
   TextTable t{{"variant", "loss (mean, n)", "matches " + base + " at", "95% interval"}, {false, true, true, true}, {}};
   char range[96];
-  std::snprintf(range, sizeof range, "%g–%g×", gains["range"][0].get<double>(), gains["range"][1].get<double>());
+  std::snprintf(range, sizeof range, "%g–%g×", element(gains["range"], 0).get<double>(), element(gains["range"], 1).get<double>());
   for (const auto& g : gains["gains"]) {
     std::string at = num(g["factor"], "%.2f") + "× the tokens";
     if (g["extrapolated"].get<bool>()) at += std::string(" (extrapolated: outside the swept ") + range + ")";

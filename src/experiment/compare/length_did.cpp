@@ -157,9 +157,9 @@ TextTable length_did_table(const json& did) {
       std::string ci = "–";
       if (r["ci95"].is_array()) {
         ci = "[";  // built by appends: GCC 12's -Wrestrict misfires on "x" + std::string&&
-        ci += num(r["ci95"][0], "%+.4f");
+        ci += num(element(r["ci95"], 0), "%+.4f");
         ci += ", ";
-        ci += num(r["ci95"][1], "%+.4f");
+        ci += num(element(r["ci95"], 1), "%+.4f");
         ci += "]";
       }
       t.rows.push_back({c["comparison"].get<std::string>(), m, r["positions"].get<std::string>(), std::to_string(r["n"].get<int>()),

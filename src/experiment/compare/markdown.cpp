@@ -199,11 +199,11 @@ std::string results_markdown(const json& results) {
   // The length sweep and the tasks, when the grid has them.
   auto cell = [](const json& band, size_t i, const char* fmt) {
     char b[64];
-    if (!band["mean"][i].is_number()) return std::string("–");
-    std::snprintf(b, sizeof b, fmt, band["mean"][i].get<double>());
+    if (!element(band["mean"], i).is_number()) return std::string("–");
+    std::snprintf(b, sizeof b, fmt, element(band["mean"], i).get<double>());
     std::string out = b;
-    if (band["sd"][i].is_number()) {
-      std::snprintf(b, sizeof b, fmt, band["sd"][i].get<double>());
+    if (element(band["sd"], i).is_number()) {
+      std::snprintf(b, sizeof b, fmt, element(band["sd"], i).get<double>());
       out += std::string(" ± ") + b;
     }
     return out;

@@ -4,7 +4,7 @@
 // before anything trains, naming the runs and the difference, and runs of one variant made on
 // different machines are reported (not refused: same data, other rounding).
 #pragma once
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 #include <string>
 
 #include "model/config.h"

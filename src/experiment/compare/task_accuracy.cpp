@@ -142,13 +142,13 @@ TextTable task_accuracy_table(const json& task) {
               {}};
   for (const auto& v : task["variants"])
     for (size_t i = 0; i < task["multiple"].size(); ++i) {
-      const json& s = v["strict"][i];
-      const json d = v["vs_baseline"].is_array() ? v["vs_baseline"][i] : json(nullptr);
+      const json& s = element(v["strict"], i);
+      const json d = element(v["vs_baseline"], i);
       const std::string counts = s.is_object() ? std::to_string(s["solved"].get<long long>()) + " / " +
                                                      std::to_string(s["samples"].get<long long>()) + " (" +
                                                      std::to_string(s["seeds"].get<int>()) + ")"
                                                : "–";
-      t.rows.push_back({v["variant"].get<std::string>(), multiple_text(task["multiple"][i]), counts,
+      t.rows.push_back({v["variant"].get<std::string>(), multiple_text(element(task["multiple"], i)), counts,
                         s.is_object() ? num(s["accuracy"], "%.3f") : "–", s.is_object() ? interval(s["ci95"], "%.3f") : "–",
                         v["vs_baseline"].is_null() ? "baseline" : d.is_object() ? num(d["diff"], "%+.3f") : "–",
                         d.is_object() ? interval(d["ci95"], "%+.3f") : ""});
@@ -167,9 +167,9 @@ TextTable depth_accuracy_table(const json& task) {
   }
   for (const auto& v : task["variants"])
     for (size_t i = 0; i < task["multiple"].size(); ++i) {
-      std::vector<std::string> row{v["variant"].get<std::string>(), multiple_text(task["multiple"][i])};
+      std::vector<std::string> row{v["variant"].get<std::string>(), multiple_text(element(task["multiple"], i))};
       for (size_t d = 0; d < task["depths"].size(); ++d) {
-        const json& c = v.contains("by_depth") ? v["by_depth"][i][d] : json(nullptr);
+        const json& c = v.contains("by_depth") ? element(element(v["by_depth"], i), d) : json(nullptr);
         row.push_back(c.is_object() ? num(c["accuracy"], "%.3f") + " " + interval(c["ci95"], "%.3f") : "–");
       }
       t.rows.push_back(row);
