@@ -8,6 +8,7 @@
 // without MPI behaves exactly like one with it started without a launcher.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,47 @@ class ItemQueue {
   // items and returns the worst ending reported by any rank (none < done < stopped < failed).
   // Other ranks: returns their own worst ending at once.
   ItemEnd finish();
+
+ private:
+  struct State;
+  State* state_;
+};
+
+// ---- Data-parallel training (train/data_parallel.h) ----
+// The collectives one training job needs, on a communicator of its own (a duplicate of the job's,
+// so its messages never meet the item queue's). Every call is collective: all ranks make the same
+// calls in the same order. Every wait has a deadline and every MPI error is caught (the
+// communicator returns errors instead of aborting): a rank that dies or hangs stops the whole job
+// within `timeout_s` with a message naming this rank and what it waited for (then MPI_Abort, which
+// makes the launcher end every process; an exception would leave requests in flight and
+// MPI_Finalize waiting for them). Without MPI or with one rank: the sums are no-ops and the
+// gathers copies. Nothing here allocates after construction (the request table is sized there).
+class Collectives {
+ public:
+  Collectives(int max_pending, double timeout_s);
+  ~Collectives();
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
+
+  // Non-blocking, started in the same order on every rank; at most max_pending in flight.
+  // start_sum: data (n) := the sum of every rank's data (n), in place.
+  void start_sum(float* data, size_t n);
+  // start_sum_scatter: the sum over ranks of data (Σ counts), of which rank r receives the counts[r]
+  // elements after Σ_{k<r} counts[k] into its `mine` (a reduce-scatter).
+  void start_sum_scatter(const float* data, float* mine, const int* counts);
+  // Gives MPI a chance to move the pending operations on (OpenMPI progresses only inside its calls).
+  void progress();
+  // Waits for every pending operation; returns the seconds spent waiting. `what` names them in
+  // the message of a failure.
+  double wait_all(const char* what);
+
+  // Blocking, each bounded like wait_all.
+  void sum(double* values, int n, const char* what);                 // values (n) := the sum over ranks
+  void sum(uint64_t* values, int n, const char* what);
+  // data: every rank's counts[r] elements at displacements[r], filled in from rank r on all ranks.
+  void gather_all(float* data, const int* counts, const int* displacements, const char* what);
+  // Rank 0's `all` gets every rank's `mine` (counts[r] elements at displacements[r]); other ranks' `all` is unused.
+  void gather_to_root(const float* mine, float* all, const int* counts, const int* displacements, const char* what);
 
  private:
   struct State;

@@ -12,6 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
 #include <mutex>
 #include <thread>
 
@@ -155,6 +160,148 @@ ItemEnd ItemQueue::finish() {
   if (state_->dispatcher.joinable()) state_->dispatcher.join();
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->worst;
+}
+
+// ---- Collectives: data-parallel training ----
+
+struct Collectives::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<MPI_Request> pending;  // capacity fixed at construction: starting one never allocates
+  double timeout_s = 0;
+};
+
+namespace {
+
+// Prints the failure once per rank and ends the job: MPI_Abort makes the launcher stop every
+// process (a throw would leave requests in flight, and MPI_Finalize would wait for them forever).
+[[noreturn]] void abort_job(const std::string& message) {
+  std::fprintf(stderr, "attnlab: error: rank %d of %d: %s\n", g_rank, g_size, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; should it, nothing may continue
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, (size_t)std::max(length, 0));
+}
+
+void check_call(int code, const char* call, const char* what) {
+  if (code != MPI_SUCCESS)
+    abort_job(std::string(call) + " failed while " + what + " (" + mpi_error_text(code) +
+              "): another rank has probably died; the job stops (the last complete checkpoint in train.out_dir loads)");
+}
+
+// Polls the requests until all are complete, the deadline passes (a rank died or hangs) or MPI
+// reports an error. Polling, not MPI_Waitall: a wait could not have a deadline.
+double wait_for(std::vector<MPI_Request>& requests, double timeout_s, const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  if (requests.empty()) return 0;
+  for (;;) {
+    int done = 0;
+    check_call(MPI_Testall((int)requests.size(), requests.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall", what);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done) {
+      requests.clear();
+      return waited;
+    }
+    if (waited > timeout_s) {
+      char text[256];
+      std::snprintf(text, sizeof text,
+                    "no answer from the other ranks for %.0f s while %s (train.dp_timeout): one of them has died or hangs; "
+                    "the job stops (the last complete checkpoint in train.out_dir loads)",
+                    timeout_s, what);
+      abort_job(text);
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+Collectives::Collectives(int max_pending, double timeout_s) : state_(new State) {
+  state_->pending.reserve((size_t)std::max(max_pending, 1));
+  state_->timeout_s = timeout_s;
+  if (g_size == 1) return;
+  MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm);
+  MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
+}
+
+Collectives::~Collectives() {
+  if (state_->comm != MPI_COMM_NULL && mpi_running()) {
+    if (!state_->pending.empty()) wait_for(state_->pending, state_->timeout_s, "finishing the last reductions");
+    MPI_Comm_free(&state_->comm);
+  }
+  delete state_;
+}
+
+void Collectives::start_sum(float* data, size_t n) {
+  if (g_size == 1 || n == 0) return;
+  ATTNLAB_CHECK(n <= (size_t)std::numeric_limits<int>::max() && state_->pending.size() < state_->pending.capacity());
+  MPI_Request request;
+  check_call(MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, MPI_FLOAT, MPI_SUM, state_->comm, &request), "MPI_Iallreduce",
+             "starting a gradient reduction");
+  state_->pending.push_back(request);
+}
+
+void Collectives::start_sum_scatter(const float* data, float* mine, const int* counts) {
+  if (g_size == 1) {
+    if (mine != data) std::copy(data, data + counts[0], mine);
+    return;
+  }
+  ATTNLAB_CHECK(state_->pending.size() < state_->pending.capacity());
+  MPI_Request request;
+  check_call(MPI_Ireduce_scatter(data, mine, counts, MPI_FLOAT, MPI_SUM, state_->comm, &request), "MPI_Ireduce_scatter",
+             "starting a gradient reduce-scatter");
+  state_->pending.push_back(request);
+}
+
+void Collectives::progress() {
+  if (state_->pending.empty()) return;
+  int done = 0;
+  check_call(MPI_Testall((int)state_->pending.size(), state_->pending.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
+             "reducing gradients");
+}
+
+double Collectives::wait_all(const char* what) { return wait_for(state_->pending, state_->timeout_s, what); }
+
+void Collectives::sum(double* values, int n, const char* what) {
+  if (g_size == 1) return;
+  MPI_Request request;
+  check_call(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, state_->comm, &request), "MPI_Iallreduce", what);
+  state_->pending.push_back(request);
+  wait_for(state_->pending, state_->timeout_s, what);
+}
+
+void Collectives::sum(uint64_t* values, int n, const char* what) {
+  if (g_size == 1) return;
+  MPI_Request request;
+  check_call(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_UINT64_T, MPI_SUM, state_->comm, &request), "MPI_Iallreduce", what);
+  state_->pending.push_back(request);
+  wait_for(state_->pending, state_->timeout_s, what);
+}
+
+void Collectives::gather_all(float* data, const int* counts, const int* displacements, const char* what) {
+  if (g_size == 1) return;
+  MPI_Request request;
+  check_call(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts, displacements, MPI_FLOAT, state_->comm, &request),
+             "MPI_Iallgatherv", what);
+  state_->pending.push_back(request);
+  wait_for(state_->pending, state_->timeout_s, what);
+}
+
+void Collectives::gather_to_root(const float* mine, float* all, const int* counts, const int* displacements, const char* what) {
+  if (g_size == 1) {
+    std::copy(mine, mine + counts[0], all + displacements[0]);
+    return;
+  }
+  MPI_Request request;
+  check_call(MPI_Igatherv(mine, counts[g_rank], MPI_FLOAT, all, counts, displacements, MPI_FLOAT, 0, state_->comm, &request),
+             "MPI_Igatherv", what);
+  state_->pending.push_back(request);
+  wait_for(state_->pending, state_->timeout_s, what);
 }
 
 }  // namespace attnlab::distributed
