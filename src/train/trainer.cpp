@@ -344,13 +344,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     // Bitwise-exact continuation needs the same numeric environment (train/environment.h).
     const std::string env = read_checkpoint_environment(opts.resume);
     const std::vector<std::string> diff =
-        env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env);
+        env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env, ranks);
     if (!diff.empty() && writer) {
       std::string list;
       for (const auto& d : diff) list.append(list.empty() ? "" : "; ").append(d);
       std::fprintf(stderr,
                    "warning: resuming %s in another numeric environment (%s): training continues correctly, but not bit "
-                   "for bit as the original run would have (that needs the same thread count, CPU ISA, oneDNN build and "
+                   "for bit as the original run would have (that needs the same thread count, data-parallel ranks, CPU ISA, oneDNN build and "
                    "FTZ/DAZ mode)\n",
                    opts.resume.c_str(), list.c_str());
     }
@@ -452,6 +452,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     auto ds = loader.state();
     state.data_epoch = ds.epoch;
     state.data_index = ds.index;
+    state.ranks = ranks;
     if (dp) {
       // One checkpoint per step, written by rank 0 alone, with the whole state (ZeRO-1: the moment
       // shards gathered first), in the one-process format: any number of ranks can resume it.

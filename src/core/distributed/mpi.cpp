@@ -208,11 +208,15 @@ double wait_for(std::vector<MPI_Request>& requests, double timeout_s, const char
       return waited;
     }
     if (waited > timeout_s) {
-      char text[256];
+      // A collective cannot tell which rank is missing; with two ranks it is the other one.
+      char others[64];
+      if (g_size == 2) std::snprintf(others, sizeof others, "rank %d", 1 - g_rank);
+      else std::snprintf(others, sizeof others, "the other %d ranks", g_size - 1);
+      char text[512];
       std::snprintf(text, sizeof text,
-                    "no answer from the other ranks for %.0f s while %s (train.dp_timeout): one of them has died or hangs; "
+                    "no answer from %s for %.0f s while %s (train.dp_timeout): a rank has died or hangs; "
                     "the job stops (the last complete checkpoint in train.out_dir loads)",
-                    timeout_s, what);
+                    others, timeout_s, what);
       abort_job(text);
     }
     std::this_thread::yield();
