@@ -109,8 +109,9 @@ class Collectives {
   // Rank 0's `all` gets every rank's `mine` (counts[r] elements at displacements[r]); other ranks' `all` is unused.
   void gather_to_root(const float* mine, float* all, const int* counts, const int* displacements, const char* what);
 
+  struct State;  // the implementation's (its helper functions take it)
+
  private:
-  struct State;
   State* state_;
 };
 

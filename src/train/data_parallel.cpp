@@ -86,6 +86,7 @@ DataParallel::DataParallel(GPT<float>& model, const TrainConfig& tc)
       b.receive = shard_grad_.as<float>() + (lo > shard_begin() ? std::min(lo - shard_begin(), shard_size()) : 0);
     }
   }
+  totals_.resize(4 + (size_t)ranks_);
   // The request table: every bucket may be in flight at once.
   comm_ = std::make_unique<distributed::Collectives>((int)buckets_.size() + 1, tc.dp_timeout);
 }
@@ -123,13 +124,19 @@ double DataParallel::finish_backward() {
   return comm_->wait_all("summing the gradients of a step across ranks");
 }
 
-DataParallel::Totals DataParallel::totals(double local_loss_sum, bool stop_signal, bool stop_time) {
+DataParallel::Totals DataParallel::totals(double local_loss_sum, bool stop_signal, bool stop_time, double waited) {
   // This rank's share of Σg²: its shard of the summed gradient. Summing the shares (in the order
   // MPI sums them) gives the same norm in both modes: the shards and their sums are the same.
   const float* shard = zero_ ? shard_grad_.as<float>() : model_.grads() + shard_begin();
-  double values[4] = {local_loss_sum, kernels::l2_norm_squared(shard, shard_size()), stop_signal ? 1.0 : 0.0, stop_time ? 1.0 : 0.0};
-  comm_->sum(values, 4, "summing a step's loss and gradient norm across ranks");
-  return {values[0], std::sqrt(values[1]), values[2] > 0, values[3] > 0};
+  std::fill(totals_.begin(), totals_.end(), 0.0);
+  totals_[0] = local_loss_sum;
+  totals_[1] = kernels::l2_norm_squared(shard, shard_size());
+  totals_[2] = stop_signal ? 1.0 : 0.0;
+  totals_[3] = stop_time ? 1.0 : 0.0;
+  totals_[4 + (size_t)rank_] = waited;  // the others' slots are 0: the sum gathers every rank's wait
+  comm_->sum(totals_.data(), (int)totals_.size(), "summing a step's loss and gradient norm across ranks");
+  const auto [shortest, longest] = std::minmax_element(totals_.begin() + 4, totals_.end());
+  return {totals_[0], std::sqrt(totals_[1]), totals_[2] > 0, totals_[3] > 0, *shortest, *longest - *shortest};
 }
 
 void DataParallel::update(float* adam_m, float* adam_v, double norm, double lr, int t) {

@@ -60,9 +60,13 @@ class DataParallel final : public BackwardListener {
     double norm = 0;      // the global gradient norm (after the sum over ranks)
     bool stop_signal = false;  // some rank was asked to stop after this step (a signal, request_stop())
     bool stop_time = false;    // some rank reached train.time_limit
+    // Of the ranks' waits for the sums after their backward (finish_backward()): the shortest, the
+    // slowest rank's, is the communication the backward did not hide; the longest minus it is the
+    // time the faster ranks waited for the slowest (load imbalance, not communication).
+    double exposed_comm_seconds = 0, imbalance_seconds = 0;
   };
-  // The step's totals, agreed by every rank (one small sum).
-  Totals totals(double local_loss_sum, bool stop_signal, bool stop_time);
+  // The step's totals, agreed by every rank (one small sum). waited: finish_backward()'s seconds.
+  Totals totals(double local_loss_sum, bool stop_signal, bool stop_time, double waited);
   // Clipping against `norm` and AdamW step t on this rank's part (all of it, or the shard with
   // ZeRO-1, whose parameters are then gathered to every rank). adam_m, adam_v: moment_elements().
   void update(float* adam_m, float* adam_v, double norm, double lr, int t);
@@ -95,6 +99,7 @@ class DataParallel final : public BackwardListener {
   std::vector<int> shard_count_, shard_displacement_;
   std::vector<Bucket> buckets_;
   Buffer shard_grad_;  // ZeRO-1: this rank's shard of the summed gradient
+  std::vector<double> totals_;  // the step's small sum: loss, Σg² share, stop flags, each rank's wait
   bool armed_ = false;
   std::unique_ptr<distributed::Collectives> comm_;
 };

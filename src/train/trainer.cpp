@@ -284,101 +284,101 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   TrainingState state;
   std::optional<MetricsLog> metrics;
   auto setup = [&] {
-  if (ranks > 1) {
-    if (B % ranks != 0)
-      fail("train.batch_size = ", B, " does not divide among the ", ranks, " ranks of this job (mpirun -np ", ranks,
-           "): each rank trains on train.batch_size / N sequences of every batch; choose a multiple of ", ranks);
-    if (!loader.split(distributed::rank(), ranks))
-      fail("data-parallel training (", ranks, " ranks) needs the token shards of data.dir; this data source trains in one process");
-  }
-  // The run directory first: one trainer per directory (a second gets an error naming the holder),
-  // temporaries of killed writers removed, and a fresh run never mixed with an earlier run's files.
-  if (writer) {
-  {
-    std::error_code ec;
-    std::filesystem::create_directories(tc.out_dir, ec);
-    if (ec || !std::filesystem::is_directory(tc.out_dir))
-      fail("train.out_dir ", tc.out_dir, ": cannot create the directory (", ec ? ec.message() : "not a directory", ")");
-  }
-  lock = DirLock::acquire(tc.out_dir, "train.out_dir", "attnlab train");
-  if (const size_t stale = remove_stale_temps(tc.out_dir); stale && !opts.quiet)
-    std::printf("removed %zu temporary file%s left in %s by a writer that was killed\n", stale, stale == 1 ? "" : "s",
-                tc.out_dir.c_str());
-  if (!resuming) {
-    const std::vector<std::string> old = checkpoints_in(tc.out_dir);
-    if (!old.empty() && !opts.force) {
-      std::string list;
-      for (size_t i = 0; i < old.size() && i < 3; ++i) list.append(i ? ", " : "").append(old[i]);
-      if (old.size() > 3) list += ", ... (" + std::to_string(old.size()) + " files)";
-      const std::string newest = std::find(old.begin(), old.end(), "model.safetensors") != old.end() ? "model.safetensors" : old.back();
-      fail("train.out_dir ", tc.out_dir, " already holds checkpoints of an earlier run (", list,
-           "); a new run would mix its files with them. Continue that run with `attnlab train --resume ", tc.out_dir, "/",
-           newest, "`, choose another train.out_dir, or pass --force to delete them and start over");
+    if (ranks > 1) {
+      if (B % ranks != 0)
+        fail("train.batch_size = ", B, " does not divide among the ", ranks, " ranks of this job (mpirun -np ", ranks,
+             "): each rank trains on train.batch_size / N sequences of every batch; choose a multiple of ", ranks);
+      if (!loader.split(distributed::rank(), ranks))
+        fail("data-parallel training (", ranks, " ranks) needs the token shards of data.dir; this data source trains in one process");
     }
-    for (const auto& name : old) std::filesystem::remove(std::filesystem::path(tc.out_dir) / name);
-  }
-  }
-
-  model_holder = std::make_unique<GPT<float>>(cfg);
-  GPT<float>& model = *model_holder;
-  model.init_weights(tc.seed);
-  model.plan(B / ranks, T);
-  const size_t total = model.registry().total();
-  adam_m = Buffer(total * sizeof(float));
-  adam_v = Buffer(total * sizeof(float));
-  if (resuming) {
-    state = load_checkpoint(opts.resume, model, adam_m.as<float>(), adam_v.as<float>());
-    if (state.step >= tc.steps)
-      fail("checkpoint ", opts.resume, " is at step ", state.step, " and train.steps = ", tc.steps,
-           ": there is nothing left to train; raise it, e.g. --set train.steps=", std::max<int64_t>(state.step * 2, 1));
-    const Config stored = read_checkpoint_config(opts.resume);
-    if (stored.data.train != cfg.data.train) {
-      // Other data: the stored position indexes the old shard's windows and means nothing here.
-      if (writer) std::fprintf(stderr,
-                   "note: data.train is %s, the checkpoint's was %s: the data loader starts at the beginning of the new "
-                   "shard (the run is no longer the one the original data would have given)\n",
-                   cfg.data.train.c_str(), stored.data.train.c_str());
-    } else {
-      loader.restore({state.data_epoch, state.data_index});
-    }
-    // Bitwise-exact continuation needs the same numeric environment (train/environment.h).
-    const std::string env = read_checkpoint_environment(opts.resume);
-    const std::vector<std::string> diff =
-        env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env, ranks);
-    if (!diff.empty() && writer) {
-      std::string list;
-      for (const auto& d : diff) list.append(list.empty() ? "" : "; ").append(d);
-      std::fprintf(stderr,
-                   "warning: resuming %s in another numeric environment (%s): training continues correctly, but not bit "
-                   "for bit as the original run would have (that needs the same thread count, data-parallel ranks, CPU ISA, oneDNN build and "
-                   "FTZ/DAZ mode)\n",
-                   opts.resume.c_str(), list.c_str());
-    }
-    // The schedule is a function of train.steps, warmup, lr, ...: changing them moves the curve.
-    const double lr_was = learning_rate(stored.train, (int)state.step), lr_now = learning_rate(tc, (int)state.step);
-    if (writer && std::fabs(lr_now - lr_was) > 1e-9 * std::max(std::fabs(lr_was), 1e-30)) {
-      std::string changed;
-      auto note = [&](const char* key, double a, double b) {
-        if (a != b) {
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "%s%s %g -> %g", changed.empty() ? "" : ", ", key, a, b);
-          changed += buf;
+    // The run directory first: one trainer per directory (a second gets an error naming the holder),
+    // temporaries of killed writers removed, and a fresh run never mixed with an earlier run's files.
+    if (writer) {
+      {
+        std::error_code ec;
+        std::filesystem::create_directories(tc.out_dir, ec);
+        if (ec || !std::filesystem::is_directory(tc.out_dir))
+          fail("train.out_dir ", tc.out_dir, ": cannot create the directory (", ec ? ec.message() : "not a directory", ")");
+      }
+      lock = DirLock::acquire(tc.out_dir, "train.out_dir", "attnlab train");
+      if (const size_t stale = remove_stale_temps(tc.out_dir); stale && !opts.quiet)
+        std::printf("removed %zu temporary file%s left in %s by a writer that was killed\n", stale, stale == 1 ? "" : "s",
+                    tc.out_dir.c_str());
+      if (!resuming) {
+        const std::vector<std::string> old = checkpoints_in(tc.out_dir);
+        if (!old.empty() && !opts.force) {
+          std::string list;
+          for (size_t i = 0; i < old.size() && i < 3; ++i) list.append(i ? ", " : "").append(old[i]);
+          if (old.size() > 3) list += ", ... (" + std::to_string(old.size()) + " files)";
+          const std::string newest = std::find(old.begin(), old.end(), "model.safetensors") != old.end() ? "model.safetensors" : old.back();
+          fail("train.out_dir ", tc.out_dir, " already holds checkpoints of an earlier run (", list,
+               "); a new run would mix its files with them. Continue that run with `attnlab train --resume ", tc.out_dir, "/",
+               newest, "`, choose another train.out_dir, or pass --force to delete them and start over");
         }
-      };
-      note("train.steps", stored.train.steps, tc.steps);
-      note("train.lr", stored.train.lr, tc.lr);
-      note("train.warmup", stored.train.warmup, tc.warmup);
-      note("train.min_lr_ratio", stored.train.min_lr_ratio, tc.min_lr_ratio);
-      note("train.wsd_decay_frac", stored.train.wsd_decay_frac, tc.wsd_decay_frac);
-      if (stored.train.schedule != tc.schedule)
-        changed.append(changed.empty() ? "" : ", ").append("train.schedule ").append(stored.train.schedule).append(" -> ").append(tc.schedule);
-      std::fprintf(stderr,
-                   "warning: the learning-rate schedule differs from the checkpoint's (%s): at step %lld the learning "
-                   "rate jumps from %.4g (the stored schedule) to %.4g\n",
-                   changed.c_str(), (long long)state.step, lr_was, lr_now);
+        for (const auto& name : old) std::filesystem::remove(std::filesystem::path(tc.out_dir) / name);
+      }
     }
-  }
-  if (writer) metrics.emplace(tc.out_dir + "/metrics.jsonl", resuming, state.step);
+
+    model_holder = std::make_unique<GPT<float>>(cfg);
+    GPT<float>& model = *model_holder;
+    model.init_weights(tc.seed);
+    model.plan(B / ranks, T);
+    const size_t total = model.registry().total();
+    adam_m = Buffer(total * sizeof(float));
+    adam_v = Buffer(total * sizeof(float));
+    if (resuming) {
+      state = load_checkpoint(opts.resume, model, adam_m.as<float>(), adam_v.as<float>());
+      if (state.step >= tc.steps)
+        fail("checkpoint ", opts.resume, " is at step ", state.step, " and train.steps = ", tc.steps,
+             ": there is nothing left to train; raise it, e.g. --set train.steps=", std::max<int64_t>(state.step * 2, 1));
+      const Config stored = read_checkpoint_config(opts.resume);
+      if (stored.data.train != cfg.data.train) {
+        // Other data: the stored position indexes the old shard's windows and means nothing here.
+        if (writer) std::fprintf(stderr,
+                     "note: data.train is %s, the checkpoint's was %s: the data loader starts at the beginning of the new "
+                     "shard (the run is no longer the one the original data would have given)\n",
+                     cfg.data.train.c_str(), stored.data.train.c_str());
+      } else {
+        loader.restore({state.data_epoch, state.data_index});
+      }
+      // Bitwise-exact continuation needs the same numeric environment (train/environment.h).
+      const std::string env = read_checkpoint_environment(opts.resume);
+      const std::vector<std::string> diff =
+          env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env, ranks);
+      if (!diff.empty() && writer) {
+        std::string list;
+        for (const auto& d : diff) list.append(list.empty() ? "" : "; ").append(d);
+        std::fprintf(stderr,
+                     "warning: resuming %s in another numeric environment (%s): training continues correctly, but not bit "
+                     "for bit as the original run would have (that needs the same thread count, data-parallel ranks, CPU ISA, oneDNN build and "
+                     "FTZ/DAZ mode)\n",
+                     opts.resume.c_str(), list.c_str());
+      }
+      // The schedule is a function of train.steps, warmup, lr, ...: changing them moves the curve.
+      const double lr_was = learning_rate(stored.train, (int)state.step), lr_now = learning_rate(tc, (int)state.step);
+      if (writer && std::fabs(lr_now - lr_was) > 1e-9 * std::max(std::fabs(lr_was), 1e-30)) {
+        std::string changed;
+        auto note = [&](const char* key, double a, double b) {
+          if (a != b) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "%s%s %g -> %g", changed.empty() ? "" : ", ", key, a, b);
+            changed += buf;
+          }
+        };
+        note("train.steps", stored.train.steps, tc.steps);
+        note("train.lr", stored.train.lr, tc.lr);
+        note("train.warmup", stored.train.warmup, tc.warmup);
+        note("train.min_lr_ratio", stored.train.min_lr_ratio, tc.min_lr_ratio);
+        note("train.wsd_decay_frac", stored.train.wsd_decay_frac, tc.wsd_decay_frac);
+        if (stored.train.schedule != tc.schedule)
+          changed.append(changed.empty() ? "" : ", ").append("train.schedule ").append(stored.train.schedule).append(" -> ").append(tc.schedule);
+        std::fprintf(stderr,
+                     "warning: the learning-rate schedule differs from the checkpoint's (%s): at step %lld the learning "
+                     "rate jumps from %.4g (the stored schedule) to %.4g\n",
+                     changed.c_str(), (long long)state.step, lr_was, lr_now);
+      }
+    }
+    if (writer) metrics.emplace(tc.out_dir + "/metrics.jsonl", resuming, state.step);
   };
   if (ranks == 1) {
     setup();
@@ -505,7 +505,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     DataParallel::Totals totals;
     if (dp) {
       comm_seconds = dp->finish_backward();
-      totals = dp->totals(loss, stop_requested() || g_stop_requested.load(), tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit);
+      totals = dp->totals(loss, stop_requested() || g_stop_requested.load(), tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit,
+                          comm_seconds);
       loss = totals.loss_sum;
     }
     loss /= double(tokens_per_step);
@@ -531,13 +532,15 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     // Formatted into fixed buffers: the step loop allocates nothing (tests/test_no_alloc.cpp).
     // Non-finite numbers are written as null (valid JSON), and a skipped step says so.
     char line[320], loss_text[32], norm_text[32];
-    // Data-parallel steps add comm_ms: the time the step waited for the gradient sums after its
-    // backward (the communication the backward did not hide).
+    // Data-parallel steps add comm_ms, the communication the backward did not hide (the slowest
+    // rank's wait for the gradient sums after its backward), and wait_ms, this rank's own wait
+    // (comm_ms plus the time it waited for slower ranks).
     const int len = dp ? std::snprintf(line, sizeof line,
-                                       "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"comm_ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                                       "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"comm_ms\":%.4f,"
+                                       "\"wait_ms\":%.4f,\"tokens_per_s\":%.1f}\n",
                                        (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
                                        json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
-                                       comm_seconds * 1e3, tokens_per_step / dt)
+                                       totals.exposed_comm_seconds * 1e3, comm_seconds * 1e3, tokens_per_step / dt)
                        : std::snprintf(line, sizeof line,
                                   "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
                                   (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,

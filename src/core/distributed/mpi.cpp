@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -163,11 +164,21 @@ ItemEnd ItemQueue::finish() {
 }
 
 // ---- Collectives: data-parallel training ----
+//
+// OpenMPI moves a non-blocking collective on only inside MPI calls. The training thread makes a
+// few (between sublayers), but a sublayer's backward takes milliseconds, and a bucket's sum needs
+// several rounds of messages: a progress thread tests the pending requests every 100 µs while there
+// are any, and sleeps on a condition variable while there are none. MPI_THREAD_SERIALIZED: the
+// training thread and the progress thread make their MPI calls under one mutex.
 
 struct Collectives::State {
   MPI_Comm comm = MPI_COMM_NULL;
   std::vector<MPI_Request> pending;  // capacity fixed at construction: starting one never allocates
   double timeout_s = 0;
+  std::mutex mutex;                  // every MPI call on comm, and pending
+  std::condition_variable wake;      // the progress thread: requests are pending, or stop
+  bool stop = false;
+  std::thread progress;
 };
 
 namespace {
@@ -194,20 +205,21 @@ void check_call(int code, const char* call, const char* what) {
               "): another rank has probably died; the job stops (the last complete checkpoint in train.out_dir loads)");
 }
 
-// Polls the requests until all are complete, the deadline passes (a rank died or hangs) or MPI
-// reports an error. Polling, not MPI_Waitall: a wait could not have a deadline.
-double wait_for(std::vector<MPI_Request>& requests, double timeout_s, const char* what) {
+// Polls the pending requests until all are complete, the deadline passes (a rank died or hangs)
+// or MPI reports an error. Polling, not MPI_Waitall: a wait could not have a deadline.
+double wait_for(Collectives::State& s, const char* what) {
   const auto start = std::chrono::steady_clock::now();
-  if (requests.empty()) return 0;
   for (;;) {
     int done = 0;
-    check_call(MPI_Testall((int)requests.size(), requests.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall", what);
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (done) {
-      requests.clear();
-      return waited;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (s.pending.empty()) return 0;
+      check_call(MPI_Testall((int)s.pending.size(), s.pending.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall", what);
+      if (done) s.pending.clear();
     }
-    if (waited > timeout_s) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done) return waited;
+    if (waited > s.timeout_s) {
       // A collective cannot tell which rank is missing; with two ranks it is the other one.
       char others[64];
       if (g_size == 2) std::snprintf(others, sizeof others, "rank %d", 1 - g_rank);
@@ -216,10 +228,37 @@ double wait_for(std::vector<MPI_Request>& requests, double timeout_s, const char
       std::snprintf(text, sizeof text,
                     "no answer from %s for %.0f s while %s (train.dp_timeout): a rank has died or hangs; "
                     "the job stops (the last complete checkpoint in train.out_dir loads)",
-                    others, timeout_s, what);
+                    others, s.timeout_s, what);
       abort_job(text);
     }
     std::this_thread::yield();
+  }
+}
+
+// Starts one operation (under the mutex) and wakes the progress thread.
+template <class Start>
+void start_pending(Collectives::State& s, const char* call, const char* what, Start&& start) {
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    ATTNLAB_CHECK(s.pending.size() < s.pending.capacity());
+    MPI_Request request;
+    check_call(start(&request), call, what);
+    s.pending.push_back(request);
+  }
+  s.wake.notify_one();
+}
+
+void progress_loop(Collectives::State& s) {
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    s.wake.wait(lock, [&] { return s.stop || !s.pending.empty(); });
+    if (s.stop) return;
+    int done = 0;
+    // An error here is the training thread's to report: its next test of the same requests fails.
+    MPI_Testall((int)s.pending.size(), s.pending.data(), &done, MPI_STATUSES_IGNORE);
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    lock.lock();
   }
 }
 
@@ -231,11 +270,20 @@ Collectives::Collectives(int max_pending, double timeout_s) : state_(new State) 
   if (g_size == 1) return;
   MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm);
   MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
+  state_->progress = std::thread([s = state_] { progress_loop(*s); });
 }
 
 Collectives::~Collectives() {
+  if (state_->progress.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stop = true;
+    }
+    state_->wake.notify_one();
+    state_->progress.join();
+  }
   if (state_->comm != MPI_COMM_NULL && mpi_running()) {
-    if (!state_->pending.empty()) wait_for(state_->pending, state_->timeout_s, "finishing the last reductions");
+    wait_for(*state_, "finishing the last reductions");
     MPI_Comm_free(&state_->comm);
   }
   delete state_;
@@ -243,11 +291,10 @@ Collectives::~Collectives() {
 
 void Collectives::start_sum(float* data, size_t n) {
   if (g_size == 1 || n == 0) return;
-  ATTNLAB_CHECK(n <= (size_t)std::numeric_limits<int>::max() && state_->pending.size() < state_->pending.capacity());
-  MPI_Request request;
-  check_call(MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, MPI_FLOAT, MPI_SUM, state_->comm, &request), "MPI_Iallreduce",
-             "starting a gradient reduction");
-  state_->pending.push_back(request);
+  ATTNLAB_CHECK(n <= (size_t)std::numeric_limits<int>::max());
+  start_pending(*state_, "MPI_Iallreduce", "starting a gradient reduction", [&](MPI_Request* r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, MPI_FLOAT, MPI_SUM, state_->comm, r);
+  });
 }
 
 void Collectives::start_sum_scatter(const float* data, float* mine, const int* counts) {
@@ -255,45 +302,41 @@ void Collectives::start_sum_scatter(const float* data, float* mine, const int* c
     if (mine != data) std::copy(data, data + counts[0], mine);
     return;
   }
-  ATTNLAB_CHECK(state_->pending.size() < state_->pending.capacity());
-  MPI_Request request;
-  check_call(MPI_Ireduce_scatter(data, mine, counts, MPI_FLOAT, MPI_SUM, state_->comm, &request), "MPI_Ireduce_scatter",
-             "starting a gradient reduce-scatter");
-  state_->pending.push_back(request);
+  start_pending(*state_, "MPI_Ireduce_scatter", "starting a gradient reduce-scatter", [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter(data, mine, counts, MPI_FLOAT, MPI_SUM, state_->comm, r);
+  });
 }
 
 void Collectives::progress() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->pending.empty()) return;
   int done = 0;
   check_call(MPI_Testall((int)state_->pending.size(), state_->pending.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
              "reducing gradients");
 }
 
-double Collectives::wait_all(const char* what) { return wait_for(state_->pending, state_->timeout_s, what); }
+double Collectives::wait_all(const char* what) { return wait_for(*state_, what); }
 
 void Collectives::sum(double* values, int n, const char* what) {
   if (g_size == 1) return;
-  MPI_Request request;
-  check_call(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, state_->comm, &request), "MPI_Iallreduce", what);
-  state_->pending.push_back(request);
-  wait_for(state_->pending, state_->timeout_s, what);
+  start_pending(*state_, "MPI_Iallreduce", what,
+                [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, state_->comm, r); });
+  wait_for(*state_, what);
 }
 
 void Collectives::sum(uint64_t* values, int n, const char* what) {
   if (g_size == 1) return;
-  MPI_Request request;
-  check_call(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_UINT64_T, MPI_SUM, state_->comm, &request), "MPI_Iallreduce", what);
-  state_->pending.push_back(request);
-  wait_for(state_->pending, state_->timeout_s, what);
+  start_pending(*state_, "MPI_Iallreduce", what,
+                [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_UINT64_T, MPI_SUM, state_->comm, r); });
+  wait_for(*state_, what);
 }
 
 void Collectives::gather_all(float* data, const int* counts, const int* displacements, const char* what) {
   if (g_size == 1) return;
-  MPI_Request request;
-  check_call(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts, displacements, MPI_FLOAT, state_->comm, &request),
-             "MPI_Iallgatherv", what);
-  state_->pending.push_back(request);
-  wait_for(state_->pending, state_->timeout_s, what);
+  start_pending(*state_, "MPI_Iallgatherv", what, [&](MPI_Request* r) {
+    return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts, displacements, MPI_FLOAT, state_->comm, r);
+  });
+  wait_for(*state_, what);
 }
 
 void Collectives::gather_to_root(const float* mine, float* all, const int* counts, const int* displacements, const char* what) {
@@ -301,11 +344,10 @@ void Collectives::gather_to_root(const float* mine, float* all, const int* count
     std::copy(mine, mine + counts[0], all + displacements[0]);
     return;
   }
-  MPI_Request request;
-  check_call(MPI_Igatherv(mine, counts[g_rank], MPI_FLOAT, all, counts, displacements, MPI_FLOAT, 0, state_->comm, &request),
-             "MPI_Igatherv", what);
-  state_->pending.push_back(request);
-  wait_for(state_->pending, state_->timeout_s, what);
+  start_pending(*state_, "MPI_Igatherv", what, [&](MPI_Request* r) {
+    return MPI_Igatherv(mine, counts[g_rank], MPI_FLOAT, all, counts, displacements, MPI_FLOAT, 0, state_->comm, r);
+  });
+  wait_for(*state_, what);
 }
 
 }  // namespace attnlab::distributed
