@@ -44,6 +44,12 @@ int size();
 // whole instead of leaving the others waiting for it, and every rank stops with the same message.
 std::string first_error(const std::string& mine);
 
+// Ends the whole job now: this rank prints "attnlab: error: rank R of N: <message>" and MPI_Abort
+// makes the launcher stop every process. For an error on one rank while the others wait for it in
+// a collective (data-parallel training), where a normal exit would leave them waiting. With one
+// process: throws the message as an Error.
+[[noreturn]] void abort_job(const std::string& message);
+
 // How a rank's previous item ended, reported with its next request.
 enum class ItemEnd { none, done, stopped, failed };
 

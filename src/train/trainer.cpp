@@ -487,130 +487,137 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     if (opts.on_eval) opts.on_eval(state.step, r.mean(), r.count);
   };
 
-  StopSignals signals;
-  while (state.step < tc.steps) {
-    Timer step_timer;
-    model.zero_grad();
-    double loss = 0;
-    for (int micro = 0; micro < tc.grad_accum; ++micro) {
-      loader.next(in.data(), tgt.data(), weights.data());
-      // Data-parallel: the last micro-batch's backward starts the gradient sums as layers finish.
-      if (dp && micro == tc.grad_accum - 1) dp->arm();
-      loss += model.train_micro_step(in.data(), tgt.data(), grad_scale, loader.weighted() ? weights.data() : nullptr);
-    }
-    // Data-parallel: the sums finished, the step's loss and gradient norm over all ranks, and
-    // whether any rank must stop after this step (a signal, the time limit), agreed by all so that
-    // they leave the loop at the same step.
-    double comm_seconds = 0;
-    DataParallel::Totals totals;
-    if (dp) {
-      comm_seconds = dp->finish_backward();
-      totals = dp->totals(loss, stop_requested() || g_stop_requested.load(), tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit,
-                          comm_seconds);
-      loss = totals.loss_sum;
-    }
-    loss /= double(tokens_per_step);
-    const double lr = learning_rate(tc, (int)state.step);
-    // The non-finite guard: a NaN/Inf loss or gradient skips the update (weights and moments stay
-    // as after the last good step; optimizer_step changes nothing for a non-finite gradient).
-    double norm = NAN;
-    if (dp) {
-      if (std::isfinite(loss)) norm = totals.norm;
-      if (std::isfinite(loss) && std::isfinite(norm)) dp->update(adam_m.as<float>(), adam_v.as<float>(), norm, lr, (int)state.step + 1);
-    } else if (std::isfinite(loss)) {
-      norm = optimizer_step(model, adam_m.as<float>(), adam_v.as<float>(), tc, lr, (int)state.step + 1);
-    }
-    const bool updated = std::isfinite(loss) && std::isfinite(norm);
-    state.step += 1;
-    state.tokens_seen += tokens_per_step;
-    ++steps_this_run;
-    const double dt = step_timer.seconds();
-    window_time += dt;
-    ++window_steps;
-    sum.losses.push_back(loss);
-    sum.last_train_loss = loss;
-    // Formatted into fixed buffers: the step loop allocates nothing (tests/test_no_alloc.cpp).
-    // Non-finite numbers are written as null (valid JSON), and a skipped step says so.
-    char line[320], loss_text[32], norm_text[32];
-    // Data-parallel steps add comm_ms, the communication the backward did not hide (the slowest
-    // rank's wait for the gradient sums after its backward), and wait_ms, this rank's own wait
-    // (comm_ms plus the time it waited for slower ranks).
-    const int len = dp ? std::snprintf(line, sizeof line,
-                                       "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"comm_ms\":%.4f,"
-                                       "\"wait_ms\":%.4f,\"tokens_per_s\":%.1f}\n",
-                                       (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
-                                       json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
-                                       totals.exposed_comm_seconds * 1e3, comm_seconds * 1e3, tokens_per_step / dt)
-                       : std::snprintf(line, sizeof line,
-                                  "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
-                                  (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
-                                  json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
-                                  tokens_per_step / dt);
-    if (metrics) metrics->write(line, size_t(std::min<int>(len, int(sizeof line) - 1)));
-    if (updated) {
-      bad_streak = 0;
-      // A finite gradient can still push weights to Inf (a huge lr × weight_decay): stop before
-      // such weights reach a checkpoint.
-      if (!kernels::all_finite(model.params(), total))
-        fail("training diverged at step ", state.step, ": the update made some weights NaN or Inf (train.lr = ", tc.lr,
-             ", train.weight_decay = ", tc.weight_decay, "); nothing was saved after it (last checkpoint: ", last_checkpoint,
-             "); lower train.lr or train.weight_decay");
-    } else {
-      ++bad_streak;
-      ++sum.skipped_steps;
-      if (writer) std::fprintf(stderr, "step %lld: non-finite %s (loss %g, gradient norm %g): update skipped (%d of train.max_bad_steps = %d in a row)\n",
-                   (long long)state.step, std::isfinite(loss) ? "gradient" : "loss", loss, norm, bad_streak, tc.max_bad_steps);
-      if (bad_streak >= tc.max_bad_steps)
-        fail("training diverged: ", bad_streak, " steps in a row (", state.step - bad_streak + 1, " to ", state.step,
-             ") had a non-finite loss or gradient and were skipped; no checkpoint was written after step ",
-             state.step - bad_streak, " (last checkpoint: ", last_checkpoint, "); lower train.lr (now ", tc.lr,
-             ") or raise train.max_bad_steps (now ", tc.max_bad_steps, ")");
-    }
-    train_seconds += dt;
-    if (opts.on_step) opts.on_step(state.step, loss, tokens_per_step / dt);
-    if (!quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
-      const double ms = window_time / window_steps * 1e3;
-      const double tps = tokens_per_step / (window_time / window_steps);
-      const double mfu = tps * flops_tok / (peak.gflops * 1e9) * 100.0;
-      const double eta = (tc.steps - state.step) * window_time / window_steps;
-      std::printf("step %6lld/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %s\n",
-                  (long long)state.step, tc.steps, loss, lr, norm, ms, tps, mfu, format_eta(eta).c_str());
-      std::fflush(stdout);
-      window_time = 0;
-      window_steps = 0;
-    }
-    if (tc.eval_every > 0 && state.step % tc.eval_every == 0 && state.step < tc.steps) run_eval();
-    // Checkpoints only after a good update: during a streak of skipped steps the newest file on
-    // disk stays the last good one.
-    if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
-    if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
-    if (dp ? totals.stop_signal : stop_requested() || g_stop_requested.load()) {
-      sum.interrupted = state.step < tc.steps;
-      if (!quiet) {
-        const std::string why = stop_signal() ? "signal " + std::to_string(stop_signal()) : std::string("stop requested");
-        std::printf("interrupted (%s) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
-                    why.c_str(), (long long)state.step, tc.out_dir.c_str());
+  // Data-parallel: an error on one rank (a full disk under its log, say) must not leave the others
+  // waiting in a collective until train.dp_timeout: the job ends at once, this rank saying why.
+  try {
+    StopSignals signals;
+    while (state.step < tc.steps) {
+      Timer step_timer;
+      model.zero_grad();
+      double loss = 0;
+      for (int micro = 0; micro < tc.grad_accum; ++micro) {
+        loader.next(in.data(), tgt.data(), weights.data());
+        // Data-parallel: the last micro-batch's backward starts the gradient sums as layers finish.
+        if (dp && micro == tc.grad_accum - 1) dp->arm();
+        loss += model.train_micro_step(in.data(), tgt.data(), grad_scale, loader.weighted() ? weights.data() : nullptr);
       }
-      break;
+      // Data-parallel: the sums finished, the step's loss and gradient norm over all ranks, and
+      // whether any rank must stop after this step (a signal, the time limit), agreed by all so that
+      // they leave the loop at the same step.
+      double comm_seconds = 0;
+      DataParallel::Totals totals;
+      if (dp) {
+        comm_seconds = dp->finish_backward();
+        totals = dp->totals(loss, stop_requested() || g_stop_requested.load(), tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit,
+                            comm_seconds);
+        loss = totals.loss_sum;
+      }
+      loss /= double(tokens_per_step);
+      const double lr = learning_rate(tc, (int)state.step);
+      // The non-finite guard: a NaN/Inf loss or gradient skips the update (weights and moments stay
+      // as after the last good step; optimizer_step changes nothing for a non-finite gradient).
+      double norm = NAN;
+      if (dp) {
+        if (std::isfinite(loss)) norm = totals.norm;
+        if (std::isfinite(loss) && std::isfinite(norm)) dp->update(adam_m.as<float>(), adam_v.as<float>(), norm, lr, (int)state.step + 1);
+      } else if (std::isfinite(loss)) {
+        norm = optimizer_step(model, adam_m.as<float>(), adam_v.as<float>(), tc, lr, (int)state.step + 1);
+      }
+      const bool updated = std::isfinite(loss) && std::isfinite(norm);
+      state.step += 1;
+      state.tokens_seen += tokens_per_step;
+      ++steps_this_run;
+      const double dt = step_timer.seconds();
+      window_time += dt;
+      ++window_steps;
+      sum.losses.push_back(loss);
+      sum.last_train_loss = loss;
+      // Formatted into fixed buffers: the step loop allocates nothing (tests/test_no_alloc.cpp).
+      // Non-finite numbers are written as null (valid JSON), and a skipped step says so.
+      char line[320], loss_text[32], norm_text[32];
+      // Data-parallel steps add comm_ms, the communication the backward did not hide (the slowest
+      // rank's wait for the gradient sums after its backward), and wait_ms, this rank's own wait
+      // (comm_ms plus the time it waited for slower ranks).
+      const int len = dp ? std::snprintf(line, sizeof line,
+                                         "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"comm_ms\":%.4f,"
+                                         "\"wait_ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                                         (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
+                                         json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
+                                         totals.exposed_comm_seconds * 1e3, comm_seconds * 1e3, tokens_per_step / dt)
+                         : std::snprintf(line, sizeof line,
+                                    "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                                    (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
+                                    json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
+                                    tokens_per_step / dt);
+      if (metrics) metrics->write(line, size_t(std::min<int>(len, int(sizeof line) - 1)));
+      if (updated) {
+        bad_streak = 0;
+        // A finite gradient can still push weights to Inf (a huge lr × weight_decay): stop before
+        // such weights reach a checkpoint.
+        if (!kernels::all_finite(model.params(), total))
+          fail("training diverged at step ", state.step, ": the update made some weights NaN or Inf (train.lr = ", tc.lr,
+               ", train.weight_decay = ", tc.weight_decay, "); nothing was saved after it (last checkpoint: ", last_checkpoint,
+               "); lower train.lr or train.weight_decay");
+      } else {
+        ++bad_streak;
+        ++sum.skipped_steps;
+        if (writer) std::fprintf(stderr, "step %lld: non-finite %s (loss %g, gradient norm %g): update skipped (%d of train.max_bad_steps = %d in a row)\n",
+                     (long long)state.step, std::isfinite(loss) ? "gradient" : "loss", loss, norm, bad_streak, tc.max_bad_steps);
+        if (bad_streak >= tc.max_bad_steps)
+          fail("training diverged: ", bad_streak, " steps in a row (", state.step - bad_streak + 1, " to ", state.step,
+               ") had a non-finite loss or gradient and were skipped; no checkpoint was written after step ",
+               state.step - bad_streak, " (last checkpoint: ", last_checkpoint, "); lower train.lr (now ", tc.lr,
+               ") or raise train.max_bad_steps (now ", tc.max_bad_steps, ")");
+      }
+      train_seconds += dt;
+      if (opts.on_step) opts.on_step(state.step, loss, tokens_per_step / dt);
+      if (!quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
+        const double ms = window_time / window_steps * 1e3;
+        const double tps = tokens_per_step / (window_time / window_steps);
+        const double mfu = tps * flops_tok / (peak.gflops * 1e9) * 100.0;
+        const double eta = (tc.steps - state.step) * window_time / window_steps;
+        std::printf("step %6lld/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %s\n",
+                    (long long)state.step, tc.steps, loss, lr, norm, ms, tps, mfu, format_eta(eta).c_str());
+        std::fflush(stdout);
+        window_time = 0;
+        window_steps = 0;
+      }
+      if (tc.eval_every > 0 && state.step % tc.eval_every == 0 && state.step < tc.steps) run_eval();
+      // Checkpoints only after a good update: during a streak of skipped steps the newest file on
+      // disk stays the last good one.
+      if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
+      if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
+      if (dp ? totals.stop_signal : stop_requested() || g_stop_requested.load()) {
+        sum.interrupted = state.step < tc.steps;
+        if (!quiet) {
+          const std::string why = stop_signal() ? "signal " + std::to_string(stop_signal()) : std::string("stop requested");
+          std::printf("interrupted (%s) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
+                      why.c_str(), (long long)state.step, tc.out_dir.c_str());
+        }
+        break;
+      }
+      if ((dp ? totals.stop_time : tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit) && state.step < tc.steps) {
+        if (!quiet) std::printf("time limit of %.0f s reached at step %lld; stopping with a checkpoint\n", tc.time_limit, (long long)state.step);
+        break;
+      }
     }
-    if ((dp ? totals.stop_time : tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit) && state.step < tc.steps) {
-      if (!quiet) std::printf("time limit of %.0f s reached at step %lld; stopping with a checkpoint\n", tc.time_limit, (long long)state.step);
-      break;
+    sum.steps = state.step;
+    const double elapsed = run_timer.seconds();
+    sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;
+    sum.train_seconds = train_seconds;
+    sum.steps_this_run = steps_this_run;
+    sum.num_params = model.num_params();
+    run_eval();
+    save(tc.out_dir + "/model.safetensors");
+    if (!quiet) {
+      std::printf("done: %lld steps, val loss %.4f, checkpoint %s\n", (long long)state.step, sum.val_loss, sum.checkpoint.c_str());
+      std::fflush(stdout);
     }
+    return sum;
+  } catch (const Error& e) {
+    if (!dp) throw;
+    distributed::abort_job(e.what());
   }
-  sum.steps = state.step;
-  const double elapsed = run_timer.seconds();
-  sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;
-  sum.train_seconds = train_seconds;
-  sum.steps_this_run = steps_this_run;
-  sum.num_params = model.num_params();
-  run_eval();
-  save(tc.out_dir + "/model.safetensors");
-  if (!quiet) {
-    std::printf("done: %lld steps, val loss %.4f, checkpoint %s\n", (long long)state.step, sum.val_loss, sum.checkpoint.c_str());
-    std::fflush(stdout);
-  }
-  return sum;
 }
 
 }  // namespace attnlab

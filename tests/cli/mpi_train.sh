@@ -8,6 +8,7 @@
 #   resume: exact with the same N (plain and ZeRO-1); another N works and is named in a warning;
 #   failure: rank 1 killed (SIGKILL) ends the job within seconds with a message naming rank 1, and
 #     the last checkpoint resumes; rank 1 stopped (SIGSTOP, a hang) ends it after train.dp_timeout;
+#     an error on one rank alone (a full disk under rank 0's log) ends the job at once;
 #   output: rank 0 alone prints and writes; train.batch_size not divisible by N is an error naming both.
 # Skipped (exit 77) when mpirun is missing or attnlab was built without MPI.
 # Usage: mpi_train.sh ATTNLAB_BINARY SOURCE_DIR
@@ -163,6 +164,18 @@ check "train.batch_size = 4 under -np 3: an error naming both, printed once, not
   '[ "$(grep -c "train.batch_size = 4 does not divide among the 3 ranks" <<<"$err")" = 1 ] && [ ! -e "$WORK/np3/metrics.jsonl" ]'
 err=$("${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" --set train.zero=2 2>&1 >/dev/null)
 check "train.zero = 2 is an error naming the key" 'grep -q "train.zero" <<<"$err"'
+
+# An error on rank 0 alone while the others wait in a collective (its metrics log on a full disk):
+# the job ends at once with rank 0's message, not after train.dp_timeout (300 s by default).
+if [ -w /dev/full ]; then
+  mkdir -p "$WORK/full" && ln -s /dev/full "$WORK/full/metrics.jsonl"
+  start=$SECONDS
+  err=$(timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" --set train.steps=50 --set "train.out_dir=\"$WORK/full\"" --quiet 2>&1 >/dev/null)
+  rc=$?
+  elapsed=$((SECONDS - start))
+  check "an error on rank 0 alone ends the job in ${elapsed} s (< 60), naming the rank and the cause" \
+    '[ $rc = 1 ] && [ $elapsed -lt 60 ] && grep -q "rank 0 of 2: cannot write the metrics log" <<<"$err"'
+fi
 
 # Failure: one rank dies (SIGKILL) while the job trains. The job must end within seconds (mpirun
 # ends every process when one exits abnormally), say which rank died, and leave the last

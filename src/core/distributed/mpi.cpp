@@ -181,16 +181,17 @@ struct Collectives::State {
   std::thread progress;
 };
 
-namespace {
-
-// Prints the failure once per rank and ends the job: MPI_Abort makes the launcher stop every
-// process (a throw would leave requests in flight, and MPI_Finalize would wait for them forever).
-[[noreturn]] void abort_job(const std::string& message) {
+// Prints the failure and ends the job: MPI_Abort makes the launcher stop every process (a throw
+// would leave requests in flight, and MPI_Finalize would wait for them forever).
+void abort_job(const std::string& message) {
+  if (g_size == 1) fail(message);
   std::fprintf(stderr, "attnlab: error: rank %d of %d: %s\n", g_rank, g_size, message.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; should it, nothing may continue
 }
+
+namespace {
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];

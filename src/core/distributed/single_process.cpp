@@ -24,6 +24,8 @@ int size() { return 1; }
 
 std::string first_error(const std::string& mine) { return mine; }
 
+void abort_job(const std::string& message) { fail(message); }
+
 struct ItemQueue::State {
   std::vector<size_t> items;
   size_t next = 0;
