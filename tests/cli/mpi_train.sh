@@ -8,7 +8,8 @@
 #   resume: exact with the same N (plain and ZeRO-1); another N works and is named in a warning;
 #   failure: rank 1 killed (SIGKILL) ends the job within seconds with a message naming rank 1, and
 #     the last checkpoint resumes; rank 1 stopped (SIGSTOP, a hang) ends it after train.dp_timeout;
-#     an error on one rank alone (a full disk under rank 0's log) ends the job at once;
+#     an error on one rank alone (a full disk under rank 0's log) ends the job at once; a SIGTERM to
+#     rank 1 alone stops every rank after the same step, with a checkpoint;
 #   output: rank 0 alone prints and writes; train.batch_size not divisible by N is an error naming both.
 # Skipped (exit 77) when mpirun is missing or attnlab was built without MPI.
 # Usage: mpi_train.sh ATTNLAB_BINARY SOURCE_DIR
@@ -165,6 +166,33 @@ check "train.batch_size = 4 under -np 3: an error naming both, printed once, not
 err=$("${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" --set train.zero=2 2>&1 >/dev/null)
 check "train.zero = 2 is an error naming the key" 'grep -q "train.zero" <<<"$err"'
 
+# A stop asked of one rank (SIGTERM, as Slurm sends at a time limit, to rank 1 alone): the ranks
+# agree on it with the step's sums, so all stop after the same step, validate and write the checkpoint.
+long=(--set train.steps=100000 --set train.eval_every=0 --set train.log_every=1000 --set train.ckpt_every=50)
+# rank_pid DIR RANK: the pid of the attnlab process of that rank training into DIR.
+rank_pid() {
+  local pid
+  for pid in $(pgrep -f "train.out_dir=\"$1\""); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+d="$WORK/term"
+"${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" "${long[@]}" --set "train.out_dir=\"$d\"" >"$d.log" 2>&1 &
+job=$!
+for _ in $(seq 1 1500); do [ -e "$d/step_000050.safetensors" ] && break; sleep 0.02; done
+victim=$(rank_pid "$d" 1)
+if [ -n "$victim" ]; then kill -TERM "$victim"; fi
+for _ in $(seq 1 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -9 $job 2>/dev/null
+wait $job
+rc=$?
+stopped=$(sed -n 's/^interrupted (stop requested) at step \([0-9]*\):.*/\1/p' "$d.log")
+check "SIGTERM to rank 1 alone: every rank stops after step $stopped, with a checkpoint there" \
+  '[ -n "$victim" ] && [ $rc = 0 ] && [ -n "$stopped" ] && grep -q "^done: $stopped steps" "$d.log" && [ -s "$d/model.safetensors" ] && [ "$(tail -1 "$d/metrics.jsonl" | sed -n "s/^{\"step\":\([0-9]*\),.*/\1/p")" = "$stopped" ]'
+
 # An error on rank 0 alone while the others wait in a collective (its metrics log on a full disk):
 # the job ends at once with rank 0's message, not after train.dp_timeout (300 s by default).
 if [ -w /dev/full ]; then
@@ -180,17 +208,6 @@ fi
 # Failure: one rank dies (SIGKILL) while the job trains. The job must end within seconds (mpirun
 # ends every process when one exits abnormally), say which rank died, and leave the last
 # checkpoint loadable (each is written to a temporary file and renamed).
-long=(--set train.steps=100000 --set train.eval_every=0 --set train.log_every=1000 --set train.ckpt_every=50)
-# rank_pid DIR RANK: the pid of the attnlab process of that rank training into DIR.
-rank_pid() {
-  local pid
-  for pid in $(pgrep -f "train.out_dir=\"$1\""); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$pid"
-      return
-    fi
-  done
-}
 for signal in KILL STOP; do
   d="$WORK/fail-$signal"
   "${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" "${long[@]}" --set train.dp_timeout=3 --set "train.out_dir=\"$d\"" >"$d.log" 2>&1 &

@@ -8,6 +8,8 @@
 // every MPI call of rank 0 (the queue is built after first_error() and destroyed before
 // MPI_Finalize).
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,7 +51,18 @@ bool built_with_mpi() { return true; }
 Session::Session(int* argc, char*** argv) {
   if (launcher_size() == 0 || mpi_running()) return;
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+  // The threads MPI starts (OpenMPI's event and PMIx threads) must not take SIGINT or SIGTERM:
+  // the kernel hands a signal sent to the process to any thread that does not block it, and one
+  // of theirs would die of it instead of letting core/stop_signals.h stop the work cleanly (a
+  // SIGTERM from Slurm, or `kill` of one rank). They inherit the mask they start with.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+  const int initialized = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (initialized != MPI_SUCCESS)
     fail("MPI: MPI_Init_thread failed (this process was started by an MPI launcher)");
   g_initialized_here = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -250,6 +263,10 @@ void start_pending(Collectives::State& s, const char* call, const char* what, St
 }
 
 void progress_loop(Collectives::State& s) {
+  // Signals are for the training thread's stop handling (core/stop_signals.h), never for this one.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     s.wake.wait(lock, [&] { return s.stop || !s.pending.empty(); });
