@@ -114,6 +114,9 @@ class Collectives {
   void gather_all(float* data, const int* counts, const int* displacements, const char* what);
   // Rank 0's `all` gets every rank's `mine` (counts[r] elements at displacements[r]); other ranks' `all` is unused.
   void gather_to_root(const float* mine, float* all, const int* counts, const int* displacements, const char* what);
+  // distributed::abort_job with the progress thread held off (MPI_THREAD_SERIALIZED: no MPI call
+  // may run beside MPI_Abort).
+  [[noreturn]] void abort_job(const std::string& message);
 
   struct State;  // the implementation's (its helper functions take it)
 

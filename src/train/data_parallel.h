@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -76,6 +77,9 @@ class DataParallel final : public BackwardListener {
   void gather_moments(const float* adam_m, const float* adam_v, float* m_all, float* v_all);
   // Resume: this rank's moments from the whole ones (ZeRO-1: its shard).
   void take_moments(const float* m_all, const float* v_all, float* adam_m, float* adam_v) const;
+
+  // An error on this rank alone: ends the job now (distributed::abort_job), naming this rank.
+  [[noreturn]] void abort_job(const std::string& message) { comm_->abort_job(message); }
 
   // Validation: the sums of every rank's share (loss sum, count).
   void sum_validation(double* loss_sum, size_t* count);

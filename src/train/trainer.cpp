@@ -616,7 +616,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     return sum;
   } catch (const Error& e) {
     if (!dp) throw;
-    distributed::abort_job(e.what());
+    dp->abort_job(e.what());
   }
 }
 

@@ -335,6 +335,11 @@ void Collectives::progress() {
 
 double Collectives::wait_all(const char* what) { return wait_for(*state_, what); }
 
+void Collectives::abort_job(const std::string& message) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  distributed::abort_job(message);
+}
+
 void Collectives::sum(double* values, int n, const char* what) {
   if (g_size == 1) return;
   start_pending(*state_, "MPI_Iallreduce", what,
