@@ -153,7 +153,9 @@ void run_info(const ConfigArgs& args, int ranks) {
   // Data-parallel training (docs/distributed.md): every rank holds the parameters and gradients;
   // the moments are whole on every rank, or a 1/N shard with ZeRO-1 (plus the shard of the summed
   // gradient it receives); activations are those of its B/N rows.
-  if (B % ranks != 0) {
+  if (!api::DistributedSession::built_with_mpi()) {
+    // no data-parallel training in this build: nothing to report per rank
+  } else if (B % ranks != 0) {
     std::printf("data-parallel on %d ranks (--ranks): train.batch_size = %d does not divide among them\n", ranks, B);
   } else {
     api::Config per_rank = cfg;
