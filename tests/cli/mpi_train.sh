@@ -159,6 +159,13 @@ check "... and continues within the bound" 'close <(grep -v "^[a-z]* [123] " "$W
 check "2 ranks resume a one-process checkpoint, the warning printed once (1 -> 2)" \
   '[ $? = 0 ] && [ "$(grep -c "data-parallel ranks 1 -> 2" "$WORK/n21.err")" = 1 ]'
 
+# attnlab info --ranks N: the memory per rank, less with ZeRO-1 (8 + 12/N bytes per parameter against 16).
+line=$("$BIN" info "${base[@]}" --ranks 2 | grep "^data-parallel, per rank of 2")
+check "info --ranks 2: per rank 16 bytes per parameter, 14 with ZeRO-1" \
+  '/usr/bin/python3 -c "import re,sys; a,b=map(float,re.findall(r\"moments ([0-9.]+) MB, with train.zero = 1 \(ZeRO-1\) ([0-9.]+) MB\",sys.argv[1])[0]); sys.exit(0 if abs(b/a-14/16)<0.01 else 1)" "$line"'
+check "info --ranks 3 with train.batch_size = 4 says it does not divide" \
+  '"$BIN" info "${base[@]}" --ranks 3 | grep -q "train.batch_size = 4 does not divide among them"'
+
 # Bad input: B not divisible by N, named, printed once.
 err=$("${MPIRUN[@]}" -np 3 "$BIN" train "${base[@]}" --set "train.out_dir=\"$WORK/np3\"" 2>&1 >/dev/null)
 check "train.batch_size = 4 under -np 3: an error naming both, printed once, nothing written" \
