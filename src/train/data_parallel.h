@@ -14,9 +14,10 @@
 // shard of the reduced gradient, and the shares are summed); every rank then takes the same AdamW
 // step. With train.zero = 1 (ZeRO-1) each rank keeps AdamW's moments for its shard only: the
 // buckets are reduce-scattered (each rank receives the sum of its shard), each rank updates its
-// shard of the parameters, and the parameters are gathered to every rank. Both modes compute
-// exactly the same numbers (the same sums, the same norm shares, elementwise AdamW), so their runs
-// are bit-identical; tests/cli/mpi_train.sh checks it.
+// shard of the parameters, and the parameters are gathered to every rank. Both modes compute the
+// same numbers from the same sums (the same norm shares, elementwise AdamW), so their runs are
+// bit-identical when MPI's all-reduce and reduce-scatter add the ranks in the same order: always
+// for 2 ranks (tests/cli/mpi_train.sh checks it), not promised by MPI for more.
 #pragma once
 #include <cstddef>
 #include <cstdint>

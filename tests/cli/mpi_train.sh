@@ -119,6 +119,11 @@ for model in standard xgd; do
     'tensors_equal "$WORK/$model-2/model.safetensors" "$WORK/$model-2z/model.safetensors"'
 done
 
+# Four ranks of one row each (B = 4): the same losses as one process, within the bound.
+"${MPIRUN[@]}" -np 4 "$BIN" train "${base[@]}" --set "train.out_dir=\"$WORK/standard-4\"" --quiet >/dev/null 2>&1
+check "standard: 4 ranks x B/4 give the losses of 1 process x B (within the bound)" \
+  '[ $? = 0 ] && curve "$WORK/standard-4" >"$WORK/standard-4.curve" && close "$WORK/standard-4.curve" "$WORK/standard-1.curve" >/dev/null'
+
 # Output: rank 0 alone prints (each progress line once) and writes (each step logged once).
 check "rank 0 alone prints" '[ "$(grep -c "^step      8/8 |" "$WORK/standard-2.log")" = 1 ] && [ "$(grep -c "^# resolved configuration" "$WORK/standard-2.log")" = 1 ]'
 check "the start names the split and the buckets" 'grep -q "^data-parallel: 2 ranks x 2 sequences per batch, [0-9]* gradient buckets" "$WORK/standard-2.log"'
