@@ -144,7 +144,8 @@ for zero in 0 1; do
   "${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" --set train.zero=$zero --set "train.out_dir=\"$r\"" --stop-after 3 --quiet >/dev/null 2>&1 &&
     "${MPIRUN[@]}" -np 2 "$BIN" train "${base[@]}" --set train.zero=$zero --set "train.out_dir=\"$r\"" --resume "$r/model.safetensors" \
       --quiet >"$r.log" 2>&1
-  check "train.zero = $zero: stopped at step 3 and resumed with 2 ranks" '[ $? = 0 ] && [ ! -s "$r.log" ]'
+  # (no warning: the same environment; a sanitized build adds LeakSanitizer's statistics to the log)
+  check "train.zero = $zero: stopped at step 3 and resumed with 2 ranks, without a warning" '[ $? = 0 ] && ! grep -qi "warning" "$r.log"'
   curve "$r" >"$r.curve"
   check "train.zero = $zero: the resumed run's losses are bit-identical to the uninterrupted one" \
     'diff <(train_lines "$r.curve") <(train_lines "$WORK/standard-2.curve")'
