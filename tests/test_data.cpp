@@ -271,6 +271,30 @@ TEST(DataLoader, EachEpochVisitsEveryWindowOnce) {
   EXPECT_EQ(loader.state().epoch, 3u);  // 4W windows drawn in batches of 4: inside epoch 3
 }
 
+// Data-parallel training (train/data_parallel.h): the parts' rows of each batch, side by side, are
+// the batch one loader hands out whole, across epoch ends, and every part's loader ends at the
+// same position; so the data a step sees does not depend on how many ranks share it.
+TEST(DataLoader, NextRowsOfThePartsMakeTheWholeBatch) {
+  const int B = 6, T = 5;
+  ShardFile f(positional_tokens(5 * 23 + 1));  // 23 windows: batches cross epoch ends
+  for (int parts : {1, 2, 3, 6}) {
+    DataLoader whole(f.shard, B, T, 9);
+    std::vector<DataLoader> split;
+    for (int p = 0; p < parts; ++p) split.emplace_back(f.shard, B, T, 9);
+    const int rows = B / parts;
+    std::vector<int32_t> in(B * T), tg(B * T), pin(rows * T), ptg(rows * T);
+    for (int step = 0; step < 20; ++step) {
+      whole.next(in.data(), tg.data());
+      for (int p = 0; p < parts; ++p) {
+        split[p].next_rows(pin.data(), ptg.data(), p * rows, rows);
+        ASSERT_TRUE(std::equal(pin.begin(), pin.end(), in.begin() + (size_t)p * rows * T)) << parts << " parts, step " << step;
+        ASSERT_TRUE(std::equal(ptg.begin(), ptg.end(), tg.begin() + (size_t)p * rows * T)) << parts << " parts, step " << step;
+        ASSERT_EQ(split[p].state(), whole.state());
+      }
+    }
+  }
+}
+
 TEST(DataLoader, DeterministicFromTheSeed) {
   const int B = 2, T = 5;
   ShardFile f(positional_tokens(5 * 100 + 1));

@@ -30,6 +30,8 @@ class DistributedSession {
   int rank() const;  // 0 .. size() − 1
   int size() const;  // the number of processes of the job (1 without a launcher)
   static bool built_with_mpi();
+  // This process's rank: 0 without a session or a launcher (for code that has no session at hand).
+  static int process_rank();
 };
 
 }  // namespace api

@@ -56,6 +56,10 @@ struct TrainResult {
 };
 
 // Trains on the prepared shards of the configuration's data.dir (train.bin, val.bin).
+// Under a DistributedSession of N processes (`mpirun -np N`, attnlab/distributed.h) every process
+// calls it with the same configuration and parameters: they train one model data-parallel, each on
+// train.batch_size / N sequences of every batch, and rank 0 alone prints and writes files
+// (docs/distributed.md). The other train() and train_task() run in one process only.
 TrainResult train(const Config& config, const TrainParams& params = default_train_params());
 // Trains on batches from `source`.
 TrainResult train(const Config& config, DataSource& source, const TrainParams& params = default_train_params());

@@ -23,5 +23,6 @@ DistributedSession::~DistributedSession() { g_session.reset(); }
 int DistributedSession::rank() const { return distributed::rank(); }
 int DistributedSession::size() const { return distributed::size(); }
 bool DistributedSession::built_with_mpi() { return distributed::built_with_mpi(); }
+int DistributedSession::process_rank() { return distributed::rank(); }
 
 }  // namespace attnlab::api

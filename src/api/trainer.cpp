@@ -77,6 +77,7 @@ TrainOptions train_options(const TrainParams& p) {
   o.stop_after = p.stop_after;
   o.force = p.force;
   o.quiet = p.quiet;
+  o.data_parallel = true;  // under a DistributedSession of N processes: one model across them (docs/distributed.md)
   o.on_step = p.on_step;
   if (p.on_eval) o.on_eval = [f = p.on_eval](int64_t step, double val_loss, size_t) { f(step, val_loss); };
   return o;

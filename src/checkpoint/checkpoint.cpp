@@ -47,7 +47,7 @@ void save_checkpoint(const std::string& path, const GPT<float>& model, const flo
   meta["tokens_seen"] = std::to_string(state.tokens_seen);
   meta["data_state"] = nlohmann::json{{"epoch", state.data_epoch}, {"index", state.data_index}}.dump();
   meta["optimizer"] = adam_m ? "adamw" : "none";
-  meta["environment"] = numeric_environment_json();  // what bit-exact resume also depends on
+  meta["environment"] = numeric_environment_json(state.ranks);  // what bit-exact resume also depends on
   // One checksum per tensor, of the bytes written (docs/checkpoint-format.md, "Checksums").
   std::map<std::string, std::string> sums;
   for (const TensorRef& t : tensors) {

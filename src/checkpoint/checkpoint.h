@@ -19,6 +19,7 @@ struct TrainingState {
   int64_t step = 0;              // optimizer steps completed
   uint64_t data_epoch = 0, data_index = 0;  // DataLoader::State after the last consumed batch
   uint64_t tokens_seen = 0;
+  int ranks = 1;                 // data-parallel ranks of the run (recorded in "environment" when > 1)
 };
 
 // adam_m / adam_v may be nullptr (weights only: `attnlab export`). Refuses (Error, nothing written)

@@ -106,7 +106,7 @@ std::string kernel_set_text(const api::KernelInfo& k) {
          " (ATTNLAB_KERNELS=<set> chooses)";
 }
 
-void run_info(const ConfigArgs& args) {
+void run_info(const ConfigArgs& args, int ranks) {
   const api::Config cfg = args.api_config();
   const api::ModelInfo m = api::model_info(cfg);
   const int B = m.batch_size, T = m.seq_len;
@@ -134,10 +134,28 @@ void run_info(const ConfigArgs& args) {
   const api::PeakFlops p16 = api::peak_flops(true);
   std::printf("bf16 peak (train.precision = bf16): %.0f GFLOP/s, %s %s, %d threads\n", p16.gflops, p16.source.c_str(),
               p16.isa.c_str(), p16.threads);
+  // Data-parallel training (docs/distributed.md): every rank holds the parameters and gradients;
+  // the moments are whole on every rank, or a 1/N shard with ZeRO-1 (plus the shard of the summed
+  // gradient it receives); activations are those of its B/N rows.
+  if (!api::DistributedSession::built_with_mpi()) {
+    // no data-parallel training in this build: nothing to report per rank
+  } else if (B % ranks != 0) {
+    std::printf("data-parallel on %d ranks (--ranks): train.batch_size = %d does not divide among them\n", ranks, B);
+  } else {
+    api::Config per_rank = cfg;
+    per_rank.set_override("train.batch_size=" + std::to_string(B / ranks));
+    const api::ModelInfo r = api::model_info(per_rank);
+    const double p = double(m.params) * 4;  // bytes of one fp32 copy of the parameters
+    std::printf("data-parallel, per rank of %d (--ranks; mpirun -np %d attnlab train): activations %.2f MB for B/N=%d; "
+                "parameters, gradients and Adam moments %.2f MB, with train.zero = 1 (ZeRO-1) %.2f MB "
+                "(rank 0 gathers the moments, +%.2f MB, while it writes a checkpoint)\n",
+                ranks, ranks, r.activation_bytes / 1e6, B / ranks, 4 * p / 1e6, (2 * p + 3 * p / ranks) / 1e6, 2 * p / 1e6);
+  }
   const api::KernelInfo k = api::kernel_info();
   std::printf("attention kernels: %s (%s)\n", kernel_set_text(k).c_str(), k.gemm_backend.c_str());
   std::printf("%s\n", api::DistributedSession::built_with_mpi()
-                          ? "processes: MPI built in (ATTNLAB_MPI): `mpirun -np N attnlab compare` shares a grid (docs/distributed.md)"
+                          ? "processes: MPI built in (ATTNLAB_MPI): `mpirun -np N attnlab compare` shares a grid, `mpirun -np N attnlab train` "
+                            "trains data-parallel (docs/distributed.md)"
                           : "processes: one (built without MPI, ATTNLAB_MPI=OFF)");
 }
 
@@ -167,7 +185,10 @@ void register_bench(CLI::App& app) {
     auto* a = program_lifetime<ConfigArgs>();
     auto* cmd = app.add_subcommand("info", "parameter count, activation memory per token and FLOPs of a configuration");
     a->add_to(cmd);
-    cmd->callback([a] { run_info(*a); });
+    auto* ranks = program_lifetime<int>();
+    *ranks = 2;
+    cmd->add_option("--ranks", *ranks, "the memory per rank of data-parallel training on this many ranks")->check(at_least(1));
+    cmd->callback([a, ranks] { run_info(*a, *ranks); });
   }
 }
 

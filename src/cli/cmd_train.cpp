@@ -29,7 +29,9 @@ void register_train(CLI::App& app) {
                                   ? api::Config::resume(params->resume, args->sets)
                                   : args->api_config();
       cfg.resolve();  // errors before anything is printed
-      if (!params->quiet) std::printf("# resolved configuration\n%s\n", cfg.dump().c_str());
+      // Under mpirun every rank trains its share of each batch; rank 0 alone prints.
+      if (!params->quiet && api::DistributedSession::process_rank() == 0)
+        std::printf("# resolved configuration\n%s\n", cfg.dump().c_str());
       api::train(cfg, *params);
     });
   }

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
 #endif
   // Under an MPI launcher (`mpirun -np N attnlab compare ...`, docs/distributed.md) the N processes
   // are ranks of one job; otherwise this is one process and the session does nothing. Only compare
-  // shares its work across ranks: other commands would all write the same files.
+  // (a grid's cells) and train (one model, data-parallel) share their work across ranks: other
+  // commands would all write the same files.
   std::unique_ptr<attnlab::api::DistributedSession> session;
   try {
     session = std::make_unique<attnlab::api::DistributedSession>(&argc, &argv);
@@ -61,9 +62,10 @@ int main(int argc, char** argv) {
       const char* command = nullptr;  // the subcommand: the first argument that is not an option
       for (int i = 1; i < argc && !command; ++i)
         if (argv[i][0] != '-') command = argv[i];
-      if (command && std::strcmp(command, "compare") != 0)
+      if (command && std::strcmp(command, "compare") != 0 && std::strcmp(command, "train") != 0)
         throw attnlab::JobError(std::string("attnlab ") + command + " runs as one process; under mpirun (" + std::to_string(session->size()) +
-                                " processes) only `attnlab compare` shares its work across processes (docs/distributed.md)");
+                                " processes) only `attnlab compare` (a grid's runs) and `attnlab train` (one model, data-parallel) "
+                                "share their work across processes (docs/distributed.md)");
     }
   } catch (const attnlab::JobError& e) {
     if (!session || session->rank() == 0) std::fprintf(stderr, "attnlab: error: %s\n", e.what());

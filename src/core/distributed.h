@@ -8,6 +8,7 @@
 // without MPI behaves exactly like one with it started without a launcher.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,12 @@ int size();
 // whole instead of leaving the others waiting for it, and every rank stops with the same message.
 std::string first_error(const std::string& mine);
 
+// Ends the whole job now: this rank prints "attnlab: error: rank R of N: <message>" and MPI_Abort
+// makes the launcher stop every process. For an error on one rank while the others wait for it in
+// a collective (data-parallel training), where a normal exit would leave them waiting. With one
+// process: throws the message as an Error.
+[[noreturn]] void abort_job(const std::string& message);
+
 // How a rank's previous item ended, reported with its next request.
 enum class ItemEnd { none, done, stopped, failed };
 
@@ -69,6 +76,51 @@ class ItemQueue {
 
  private:
   struct State;
+  State* state_;
+};
+
+// ---- Data-parallel training (train/data_parallel.h) ----
+// The collectives one training job needs, on a communicator of its own (a duplicate of the job's,
+// so its messages never meet the item queue's). Every call is collective: all ranks make the same
+// calls in the same order. Every wait has a deadline and every MPI error is caught (the
+// communicator returns errors instead of aborting): a rank that dies or hangs stops the whole job
+// within `timeout_s` with a message naming this rank and what it waited for (then MPI_Abort, which
+// makes the launcher end every process; an exception would leave requests in flight and
+// MPI_Finalize waiting for them). Without MPI or with one rank: the sums are no-ops and the
+// gathers copies. Nothing here allocates after construction (the request table is sized there).
+class Collectives {
+ public:
+  Collectives(int max_pending, double timeout_s);
+  ~Collectives();
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
+
+  // Non-blocking, started in the same order on every rank; at most max_pending in flight.
+  // start_sum: data (n) := the sum of every rank's data (n), in place.
+  void start_sum(float* data, size_t n);
+  // start_sum_scatter: the sum over ranks of data (Σ counts), of which rank r receives the counts[r]
+  // elements after Σ_{k<r} counts[k] into its `mine` (a reduce-scatter).
+  void start_sum_scatter(const float* data, float* mine, const int* counts);
+  // Gives MPI a chance to move the pending operations on (OpenMPI progresses only inside its calls).
+  void progress();
+  // Waits for every pending operation; returns the seconds spent waiting. `what` names them in
+  // the message of a failure.
+  double wait_all(const char* what);
+
+  // Blocking, each bounded like wait_all.
+  void sum(double* values, int n, const char* what);                 // values (n) := the sum over ranks
+  void sum(uint64_t* values, int n, const char* what);
+  // data: every rank's counts[r] elements at displacements[r], filled in from rank r on all ranks.
+  void gather_all(float* data, const int* counts, const int* displacements, const char* what);
+  // Rank 0's `all` gets every rank's `mine` (counts[r] elements at displacements[r]); other ranks' `all` is unused.
+  void gather_to_root(const float* mine, float* all, const int* counts, const int* displacements, const char* what);
+  // distributed::abort_job with the progress thread held off (MPI_THREAD_SERIALIZED: no MPI call
+  // may run beside MPI_Abort).
+  [[noreturn]] void abort_job(const std::string& message);
+
+  struct State;  // the implementation's (its helper functions take it)
+
+ private:
   State* state_;
 };
 

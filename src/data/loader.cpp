@@ -51,6 +51,20 @@ void DataLoader::next(int32_t* inputs, int32_t* targets) {
   }
 }
 
+void DataLoader::next_rows(int32_t* inputs, int32_t* targets, int first_row, int rows) {
+  ATTNLAB_CHECK(first_row >= 0 && rows >= 0 && first_row + rows <= B_);
+  for (int b = 0; b < B_; ++b) {
+    if (index_ == windows_) {
+      ++epoch_;
+      index_ = 0;
+      shuffle_epoch(epoch_);
+    }
+    const uint32_t w = permutation_[index_++];
+    if (b >= first_row && b < first_row + rows)
+      copy_window(w, inputs + size_t(b - first_row) * T_, targets + size_t(b - first_row) * T_);
+  }
+}
+
 void DataLoader::restore(State s) {
   if (s.index > windows_)
     fail("data loader for ", shard_->path(), ": resume position ", s.index, " is past the ", windows_,

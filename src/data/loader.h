@@ -26,6 +26,11 @@ class DataLoader {
   // Fills the next batch. inputs, targets: (B,T); targets[b][t] = inputs[b][t+1] within a window.
   // A batch may run past the end of an epoch; it then continues with the next epoch's order.
   void next(int32_t* inputs, int32_t* targets);
+  // Data-parallel training: consumes the same B windows as next() but writes only rows
+  // [first_row, first_row + rows) of that batch into inputs, targets (rows, T). The ranks of a job
+  // each take their own rows of one global batch, so which windows a step sees does not depend on
+  // how many ranks share it.
+  void next_rows(int32_t* inputs, int32_t* targets, int first_row, int rows);
 
   State state() const { return {epoch_, index_}; }
   // After restore(s), next() returns exactly what it returned after the state s was taken.

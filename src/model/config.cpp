@@ -177,6 +177,9 @@ std::vector<KeyDef> make_keys() {
   add_float("train.time_limit", [](Config& c) -> double& { return c.train.time_limit; }, 0.0, 1e9);
   add_int("train.max_bad_steps", [](Config& c) -> int& { return c.train.max_bad_steps; }, 1, 1000000);
   add_string("train.out_dir", [](Config& c) -> std::string& { return c.train.out_dir; });
+  add_int("train.zero", [](Config& c) -> int& { return c.train.zero; }, 0, 1);
+  add_float("train.dp_bucket_mb", [](Config& c) -> double& { return c.train.dp_bucket_mb; }, 0.0, 1024.0);
+  add_float("train.dp_timeout", [](Config& c) -> double& { return c.train.dp_timeout; }, 1.0, 1e6);
   add_string("data.dir", [](Config& c) -> std::string& { return c.data.dir; });
   add_string("data.train", [](Config& c) -> std::string& { return c.data.train; });
   add_string("data.val", [](Config& c) -> std::string& { return c.data.val; });

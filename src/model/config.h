@@ -106,6 +106,10 @@ struct TrainConfig {
   double time_limit = 0;      // seconds; 0 = none. Training stops cleanly (with a checkpoint) when reached.
   int max_bad_steps = 3;      // a step with a non-finite loss or gradient is skipped; this many in a row stop the run
   std::string out_dir = "runs/default";
+  // Data-parallel training (`mpirun -np N attnlab train`, docs/distributed.md); no effect on one process.
+  int zero = 0;               // 1: ZeRO-1, AdamW's moments sharded across the ranks
+  double dp_bucket_mb = 1.0;  // gradient bucket size; 0: one bucket, reduced after the backward (no overlap)
+  double dp_timeout = 300;    // seconds a rank waits for the others before it stops the job
 };
 
 struct DataConfig {

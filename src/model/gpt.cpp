@@ -1,6 +1,7 @@
 #include "model/gpt.h"
 
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -542,6 +543,7 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     norm_backward(R.input_grad(rs, 2 * l + 2, N), g.ln2_w, g.ln2_b, ws.dln, R.input(rs, 2 * l + 2), p.ln2_w, a.ln2_mean,
                   a.ln2_rstd, N);
     R.read_backward(rs, 2 * l + 2, N);
+    if (backward_listener_) backward_listener_->between_sublayers();
     // Attention sublayer 2l+1.
     linear_bwd(ws, ws.datt, g.proj_w, g.proj_b, R.branch_grad(rs, 2 * l + 1, N), a.att, a.att_h, p.proj_w, hw.proj_w, N,
                H * Dh, C);
@@ -577,8 +579,20 @@ void GPT<T>::backward(Workspace& ws, const int32_t* inputs) {
     norm_backward(R.input_grad(rs, 2 * l + 1, N), g.ln1_w, g.ln1_b, ws.dln, R.input(rs, 2 * l + 1), p.ln1_w, a.ln1_mean,
                   a.ln1_rstd, N);
     R.read_backward(rs, 2 * l + 1, N);
+    if (backward_listener_) backward_listener_->layer_done(l);
   }
   kernels::embedding_backward(dwte_, dwpe_, R.embedding_grad(rs, N), inputs, B, Tq, C, 0);
+}
+
+template <class T>
+int GPT<T>::gradient_final_layer(const ParamSpec& spec) {
+  // "blocks.{l}." holds what layer l's backward alone writes: its norms, projections and the
+  // attention mechanisms' tensors ("blocks.{l}.attn.", model/attention/mechanism.h).
+  if (spec.name.rfind("blocks.", 0) != 0) return -1;
+  size_t end = 7;
+  int l = 0;
+  while (end < spec.name.size() && std::isdigit((unsigned char)spec.name[end])) l = l * 10 + (spec.name[end++] - '0');
+  return end > 7 && end < spec.name.size() && spec.name[end] == '.' ? l : -1;
 }
 
 template <class T>

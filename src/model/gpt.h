@@ -21,6 +21,18 @@
 
 namespace attnlab {
 
+// Told during a training backward when gradients become final, so that data-parallel training
+// (train/data_parallel.h) can start reducing them while the backward goes on.
+class BackwardListener {
+ public:
+  virtual ~BackwardListener() = default;
+  // The backward of layer l is done (l = L-1 down to 0): the gradients of its tensors (those of
+  // gradient_final_layer() = l) are final.
+  virtual void layer_done(int l) = 0;
+  // Between a layer's two sublayers: nothing new is final; a chance to progress communication.
+  virtual void between_sublayers() = 0;
+};
+
 template <class T>
 class GPT {
  public:
@@ -41,6 +53,13 @@ class GPT {
   // GPT-2 init (§1.4) from a seed: N(0, 0.02²), residual outputs N(0, (0.02/sqrt(2L))²), biases 0, gains 1.
   void init_weights(uint64_t seed);
   void zero_grad();
+
+  // The layer after whose backward the gradient of registry tensor `spec` is final: l for the
+  // tensors of block l ("blocks.{l}."), -1 for the rest (embeddings, final norm, the residual
+  // kind's tensors), which only the end of the backward completes.
+  static int gradient_final_layer(const ParamSpec& spec);
+  // While set, train_micro_step's backward reports to `listener` (null: off, the default).
+  void set_backward_listener(BackwardListener* listener) { backward_listener_ = listener; }
 
   // Plans activation memory for micro-batches of (B, T) (T <= model.seq_len). Called once.
   void plan(int B, int seq);
@@ -181,6 +200,7 @@ class GPT {
   Config cfg_;
   bool layernorm_ = true, gelu_ = true, learned_positions_ = false;  // model.norm, model.mlp, attn.pos = learned
   ForwardObserver<T>* observer_ = nullptr;
+  BackwardListener* backward_listener_ = nullptr;
   std::unique_ptr<Residual<T>> residual_;  // residual.kind: where each sublayer reads and writes
   ParamRegistry reg_;
   Buffer params_, grads_;

@@ -73,8 +73,9 @@ std::string cpu_model() {
 }
 }  // namespace
 
-std::string numeric_environment_json() {
+std::string numeric_environment_json(int ranks) {
   nlohmann::json j;
+  if (ranks > 1) j["ranks"] = std::to_string(ranks);
   j["threads"] = std::to_string(omp_threads());
   j["cpu_isa"] = onednn_isa();
   j["build_isa"] = build_isa();
@@ -93,15 +94,20 @@ std::string numeric_environment_json() {
   return j.dump();
 }
 
-std::vector<std::string> numeric_environment_differences(const std::string& stored_json) {
+std::vector<std::string> numeric_environment_differences(const std::string& stored_json, int ranks) {
   std::vector<std::string> out;
-  nlohmann::json stored, now = nlohmann::json::parse(numeric_environment_json());
+  nlohmann::json stored, now = nlohmann::json::parse(numeric_environment_json(ranks));
   try {
     stored = nlohmann::json::parse(stored_json);
   } catch (const nlohmann::json::exception&) {
     return {"the stored environment record is not valid JSON"};
   }
   if (!stored.is_object()) return {"the stored environment record is not a JSON object"};
+  // Data-parallel ranks: absent means one process, on either side.
+  const auto stored_ranks = stored.find("ranks");
+  const std::string ranks_was = stored_ranks != stored.end() && stored_ranks->is_string() ? stored_ranks->get<std::string>() : "1";
+  if (ranks_was != std::to_string(ranks)) out.push_back("data-parallel ranks " + ranks_was + " -> " + std::to_string(ranks));
+  now.erase("ranks");
   for (auto it = now.begin(); it != now.end(); ++it) {
     const auto s = stored.find(it.key());
     const std::string was = s != stored.end() && s->is_string() ? s->get<std::string>() : "unrecorded";

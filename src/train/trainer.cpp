@@ -14,9 +14,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include "core/json.h"
 
+#include "attnlab/distributed.h"
+#include "core/distributed.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/gemm.h"
@@ -29,6 +32,7 @@
 #include "data/tokenizer.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "train/data_parallel.h"
 #include "train/environment.h"
 #include "train/schedule.h"
 
@@ -149,13 +153,13 @@ std::string format_eta(double s) {
 }
 }  // namespace
 
-EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches) {
+EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches, int part, int parts) {
   const int B = model.planned_B(), T = model.planned_T();
   const DataLoader windows(shard, B, T, 0);  // its sequential evaluation order; the seed is unused
   std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
   EvalResult r;
-  const size_t batches = windows.eval_batches(max_batches > 0 ? (size_t)max_batches : 0);
-  for (size_t k = 0; k < batches; ++k) {
+  const size_t batches = windows.eval_batches(max_batches > 0 ? (size_t)max_batches * (size_t)parts : 0);
+  for (size_t k = (size_t)part; k < batches; k += (size_t)parts) {
     const int fresh = windows.eval_batch(k, in.data(), tgt.data());
     // Rows past `fresh` wrap round to windows already scored: ignore their targets (exact mean).
     std::fill(tgt.begin() + (size_t)fresh * T, tgt.end(), -1);
@@ -223,10 +227,19 @@ class ShardTrainData final : public TrainData {
     DataLoader val_check(val_, 1, cfg.model.seq_len, 0);
     val_check.validate_vocab(cfg.model.vocab_size);
   }
-  void next(int32_t* inputs, int32_t* targets, float*) override { loader_.next(inputs, targets); }
+  void next(int32_t* inputs, int32_t* targets, float*) override {
+    if (parts_ == 1) loader_.next(inputs, targets);
+    else loader_.next_rows(inputs, targets, part_ * rows_, rows_);
+  }
   DataLoader::State state() const override { return loader_.state(); }
   void restore(DataLoader::State s) override { loader_.restore(s); }
-  EvalResult validate(GPT<float>& model, int max_batches) override { return evaluate(model, val_, max_batches); }
+  EvalResult validate(GPT<float>& model, int max_batches) override { return evaluate(model, val_, max_batches, part_, parts_); }
+  bool split(int part, int parts) override {
+    part_ = part;
+    parts_ = parts;
+    rows_ = cfg_.train.batch_size / parts;
+    return true;
+  }
   std::string describe() const override {
     return "data: " + cfg_.data.train + " (" + std::to_string(train_.size()) + " tokens), " + cfg_.data.val + " (" +
            std::to_string(val_.size()) + " tokens)";
@@ -240,6 +253,7 @@ class ShardTrainData final : public TrainData {
   const Config& cfg_;
   Shard train_, val_;
   DataLoader loader_;
+  int part_ = 0, parts_ = 1, rows_ = 0;  // split(): this rank's rows of every batch
 };
 }  // namespace
 
@@ -255,100 +269,150 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
   const int B = tc.batch_size, T = cfg.model.seq_len;
   const bool resuming = !opts.resume.empty();
   g_stop_requested.store(false);  // a request stops the run in progress, not a later one
+  // Data-parallel training (train/data_parallel.h): N ranks, each with B/N rows of every batch;
+  // rank 0, the writer, alone prints, logs and writes files.
+  const int ranks = opts.data_parallel ? distributed::size() : 1;
+  const bool writer = ranks == 1 || distributed::rank() == 0;
+  const bool quiet = opts.quiet || !writer;
 
-  // The run directory first: one trainer per directory (a second gets an error naming the holder),
-  // temporaries of killed writers removed, and a fresh run never mixed with an earlier run's files.
-  {
-    std::error_code ec;
-    std::filesystem::create_directories(tc.out_dir, ec);
-    if (ec || !std::filesystem::is_directory(tc.out_dir))
-      fail("train.out_dir ", tc.out_dir, ": cannot create the directory (", ec ? ec.message() : "not a directory", ")");
-  }
-  const DirLock lock = DirLock::acquire(tc.out_dir, "train.out_dir", "attnlab train");
-  if (const size_t stale = remove_stale_temps(tc.out_dir); stale && !opts.quiet)
-    std::printf("removed %zu temporary file%s left in %s by a writer that was killed\n", stale, stale == 1 ? "" : "s",
-                tc.out_dir.c_str());
-  if (!resuming) {
-    const std::vector<std::string> old = checkpoints_in(tc.out_dir);
-    if (!old.empty() && !opts.force) {
-      std::string list;
-      for (size_t i = 0; i < old.size() && i < 3; ++i) list.append(i ? ", " : "").append(old[i]);
-      if (old.size() > 3) list += ", ... (" + std::to_string(old.size()) + " files)";
-      const std::string newest = std::find(old.begin(), old.end(), "model.safetensors") != old.end() ? "model.safetensors" : old.back();
-      fail("train.out_dir ", tc.out_dir, " already holds checkpoints of an earlier run (", list,
-           "); a new run would mix its files with them. Continue that run with `attnlab train --resume ", tc.out_dir, "/",
-           newest, "`, choose another train.out_dir, or pass --force to delete them and start over");
-    }
-    for (const auto& name : old) std::filesystem::remove(std::filesystem::path(tc.out_dir) / name);
-  }
-
-  GPT<float> model(cfg);
-  model.init_weights(tc.seed);
-  model.plan(B, T);
-  const size_t total = model.registry().total();
-  Buffer adam_m(total * sizeof(float)), adam_v(total * sizeof(float));
+  // Every check before training. With several ranks, the errors of all are gathered before any
+  // collective starts (distributed::first_error): a rank that cannot start must not leave the
+  // others waiting for it, and every rank stops with the same message, printed once.
+  DirLock lock;
+  std::unique_ptr<GPT<float>> model_holder;
+  Buffer adam_m, adam_v;
   TrainingState state;
-  if (resuming) {
-    state = load_checkpoint(opts.resume, model, adam_m.as<float>(), adam_v.as<float>());
-    if (state.step >= tc.steps)
-      fail("checkpoint ", opts.resume, " is at step ", state.step, " and train.steps = ", tc.steps,
-           ": there is nothing left to train; raise it, e.g. --set train.steps=", std::max<int64_t>(state.step * 2, 1));
-    const Config stored = read_checkpoint_config(opts.resume);
-    if (stored.data.train != cfg.data.train) {
-      // Other data: the stored position indexes the old shard's windows and means nothing here.
-      std::fprintf(stderr,
-                   "note: data.train is %s, the checkpoint's was %s: the data loader starts at the beginning of the new "
-                   "shard (the run is no longer the one the original data would have given)\n",
-                   cfg.data.train.c_str(), stored.data.train.c_str());
-    } else {
-      loader.restore({state.data_epoch, state.data_index});
+  std::optional<MetricsLog> metrics;
+  auto setup = [&] {
+    if (ranks > 1) {
+      if (B % ranks != 0)
+        fail("train.batch_size = ", B, " does not divide among the ", ranks, " ranks of this job (mpirun -np ", ranks,
+             "): each rank trains on train.batch_size / N sequences of every batch; choose a multiple of ", ranks);
+      if (!loader.split(distributed::rank(), ranks))
+        fail("data-parallel training (", ranks, " ranks) needs the token shards of data.dir; this data source trains in one process");
     }
-    // Bitwise-exact continuation needs the same numeric environment (train/environment.h).
-    const std::string env = read_checkpoint_environment(opts.resume);
-    const std::vector<std::string> diff =
-        env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env);
-    if (!diff.empty()) {
-      std::string list;
-      for (const auto& d : diff) list.append(list.empty() ? "" : "; ").append(d);
-      std::fprintf(stderr,
-                   "warning: resuming %s in another numeric environment (%s): training continues correctly, but not bit "
-                   "for bit as the original run would have (that needs the same thread count, CPU ISA, oneDNN build and "
-                   "FTZ/DAZ mode)\n",
-                   opts.resume.c_str(), list.c_str());
-    }
-    // The schedule is a function of train.steps, warmup, lr, ...: changing them moves the curve.
-    const double lr_was = learning_rate(stored.train, (int)state.step), lr_now = learning_rate(tc, (int)state.step);
-    if (std::fabs(lr_now - lr_was) > 1e-9 * std::max(std::fabs(lr_was), 1e-30)) {
-      std::string changed;
-      auto note = [&](const char* key, double a, double b) {
-        if (a != b) {
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "%s%s %g -> %g", changed.empty() ? "" : ", ", key, a, b);
-          changed += buf;
+    // The run directory first: one trainer per directory (a second gets an error naming the holder),
+    // temporaries of killed writers removed, and a fresh run never mixed with an earlier run's files.
+    if (writer) {
+      {
+        std::error_code ec;
+        std::filesystem::create_directories(tc.out_dir, ec);
+        if (ec || !std::filesystem::is_directory(tc.out_dir))
+          fail("train.out_dir ", tc.out_dir, ": cannot create the directory (", ec ? ec.message() : "not a directory", ")");
+      }
+      lock = DirLock::acquire(tc.out_dir, "train.out_dir", "attnlab train");
+      if (const size_t stale = remove_stale_temps(tc.out_dir); stale && !opts.quiet)
+        std::printf("removed %zu temporary file%s left in %s by a writer that was killed\n", stale, stale == 1 ? "" : "s",
+                    tc.out_dir.c_str());
+      if (!resuming) {
+        const std::vector<std::string> old = checkpoints_in(tc.out_dir);
+        if (!old.empty() && !opts.force) {
+          std::string list;
+          for (size_t i = 0; i < old.size() && i < 3; ++i) list.append(i ? ", " : "").append(old[i]);
+          if (old.size() > 3) list += ", ... (" + std::to_string(old.size()) + " files)";
+          const std::string newest = std::find(old.begin(), old.end(), "model.safetensors") != old.end() ? "model.safetensors" : old.back();
+          fail("train.out_dir ", tc.out_dir, " already holds checkpoints of an earlier run (", list,
+               "); a new run would mix its files with them. Continue that run with `attnlab train --resume ", tc.out_dir, "/",
+               newest, "`, choose another train.out_dir, or pass --force to delete them and start over");
         }
-      };
-      note("train.steps", stored.train.steps, tc.steps);
-      note("train.lr", stored.train.lr, tc.lr);
-      note("train.warmup", stored.train.warmup, tc.warmup);
-      note("train.min_lr_ratio", stored.train.min_lr_ratio, tc.min_lr_ratio);
-      note("train.wsd_decay_frac", stored.train.wsd_decay_frac, tc.wsd_decay_frac);
-      if (stored.train.schedule != tc.schedule)
-        changed.append(changed.empty() ? "" : ", ").append("train.schedule ").append(stored.train.schedule).append(" -> ").append(tc.schedule);
-      std::fprintf(stderr,
-                   "warning: the learning-rate schedule differs from the checkpoint's (%s): at step %lld the learning "
-                   "rate jumps from %.4g (the stored schedule) to %.4g\n",
-                   changed.c_str(), (long long)state.step, lr_was, lr_now);
+        for (const auto& name : old) std::filesystem::remove(std::filesystem::path(tc.out_dir) / name);
+      }
+    }
+
+    model_holder = std::make_unique<GPT<float>>(cfg);
+    GPT<float>& model = *model_holder;
+    model.init_weights(tc.seed);
+    model.plan(B / ranks, T);
+    const size_t total = model.registry().total();
+    adam_m = Buffer(total * sizeof(float));
+    adam_v = Buffer(total * sizeof(float));
+    if (resuming) {
+      state = load_checkpoint(opts.resume, model, adam_m.as<float>(), adam_v.as<float>());
+      if (state.step >= tc.steps)
+        fail("checkpoint ", opts.resume, " is at step ", state.step, " and train.steps = ", tc.steps,
+             ": there is nothing left to train; raise it, e.g. --set train.steps=", std::max<int64_t>(state.step * 2, 1));
+      const Config stored = read_checkpoint_config(opts.resume);
+      if (stored.data.train != cfg.data.train) {
+        // Other data: the stored position indexes the old shard's windows and means nothing here.
+        if (writer) std::fprintf(stderr,
+                     "note: data.train is %s, the checkpoint's was %s: the data loader starts at the beginning of the new "
+                     "shard (the run is no longer the one the original data would have given)\n",
+                     cfg.data.train.c_str(), stored.data.train.c_str());
+      } else {
+        loader.restore({state.data_epoch, state.data_index});
+      }
+      // Bitwise-exact continuation needs the same numeric environment (train/environment.h).
+      const std::string env = read_checkpoint_environment(opts.resume);
+      const std::vector<std::string> diff =
+          env.empty() ? std::vector<std::string>{"the checkpoint does not record its environment"} : numeric_environment_differences(env, ranks);
+      if (!diff.empty() && writer) {
+        std::string list;
+        for (const auto& d : diff) list.append(list.empty() ? "" : "; ").append(d);
+        std::fprintf(stderr,
+                     "warning: resuming %s in another numeric environment (%s): training continues correctly, but not bit "
+                     "for bit as the original run would have (that needs the same thread count, data-parallel ranks, CPU ISA, oneDNN build and "
+                     "FTZ/DAZ mode)\n",
+                     opts.resume.c_str(), list.c_str());
+      }
+      // The schedule is a function of train.steps, warmup, lr, ...: changing them moves the curve.
+      const double lr_was = learning_rate(stored.train, (int)state.step), lr_now = learning_rate(tc, (int)state.step);
+      if (writer && std::fabs(lr_now - lr_was) > 1e-9 * std::max(std::fabs(lr_was), 1e-30)) {
+        std::string changed;
+        auto note = [&](const char* key, double a, double b) {
+          if (a != b) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "%s%s %g -> %g", changed.empty() ? "" : ", ", key, a, b);
+            changed += buf;
+          }
+        };
+        note("train.steps", stored.train.steps, tc.steps);
+        note("train.lr", stored.train.lr, tc.lr);
+        note("train.warmup", stored.train.warmup, tc.warmup);
+        note("train.min_lr_ratio", stored.train.min_lr_ratio, tc.min_lr_ratio);
+        note("train.wsd_decay_frac", stored.train.wsd_decay_frac, tc.wsd_decay_frac);
+        if (stored.train.schedule != tc.schedule)
+          changed.append(changed.empty() ? "" : ", ").append("train.schedule ").append(stored.train.schedule).append(" -> ").append(tc.schedule);
+        std::fprintf(stderr,
+                     "warning: the learning-rate schedule differs from the checkpoint's (%s): at step %lld the learning "
+                     "rate jumps from %.4g (the stored schedule) to %.4g\n",
+                     changed.c_str(), (long long)state.step, lr_was, lr_now);
+      }
+    }
+    if (writer) metrics.emplace(tc.out_dir + "/metrics.jsonl", resuming, state.step);
+  };
+  if (ranks == 1) {
+    setup();
+  } else {
+    std::string mine;
+    try {
+      setup();
+    } catch (const Error& e) {
+      mine = e.what();
+    }
+    if (const std::string error = distributed::first_error(mine); !error.empty()) throw JobError(error);
+  }
+  GPT<float>& model = *model_holder;
+  const size_t total = model.registry().total();
+  // The ranks' reductions, and with ZeRO-1 each rank's shard of the moments (the loaded or zero
+  // whole ones give it theirs).
+  std::unique_ptr<DataParallel> dp;
+  if (ranks > 1) {
+    dp = std::make_unique<DataParallel>(model, tc);
+    if (dp->zero()) {
+      Buffer m_shard(dp->moment_elements() * sizeof(float)), v_shard(dp->moment_elements() * sizeof(float));
+      dp->take_moments(adam_m.as<float>(), adam_v.as<float>(), m_shard.as<float>(), v_shard.as<float>());
+      adam_m = std::move(m_shard);
+      adam_v = std::move(v_shard);
     }
   }
-  MetricsLog metrics(tc.out_dir + "/metrics.jsonl", resuming, state.step);
 
   const double flops_tok = training_flops_per_token(model, T);
   const size_t tokens_per_step = (size_t)B * T * tc.grad_accum;
   // The MFU denominator: this machine's FMA peak over the threads the run uses, measured once
   // here (about 0.1 s), not in the step loop.
   const bool bf16 = cfg.train.precision == "bf16";
-  const PeakFlops peak = opts.quiet ? PeakFlops{} : peak_flops(omp_threads(), bf16);
-  if (!opts.quiet) {
+  const PeakFlops peak = quiet ? PeakFlops{} : peak_flops(omp_threads(), bf16);
+  if (!quiet) {
     std::printf("attnlab train: %zu parameters, %.1f MB activations, %s, attention kernels %s, %d threads\n",
                 model.num_params(), model.activation_bytes() / 1e6, gemm_backend_name(bf16),
                 kernels::attention_kernels().name, omp_threads());
@@ -358,12 +422,17 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
                 bf16 ? "ATTNLAB_PEAK_GFLOPS_BF16" : "ATTNLAB_PEAK_GFLOPS",
                 bf16 ? "; train.precision = bf16: the products on bf16 operands" : "");
     std::printf("%s; %zu tokens per step\n", loader.describe().c_str(), tokens_per_step);
+    if (dp)
+      std::printf("data-parallel: %d ranks x %d sequences per batch, %zu gradient buckets, %s\n", ranks, B / ranks, dp->buckets(),
+                  dp->zero() ? "ZeRO-1 (AdamW moments sharded)" : "AdamW moments on every rank");
     if (resuming) std::printf("resumed from %s at step %lld\n", opts.resume.c_str(), (long long)state.step);
     std::fflush(stdout);
   }
 
   std::vector<int32_t> in((size_t)B * T), tgt((size_t)B * T);
   std::vector<float> weights(loader.weighted() ? (size_t)B * T : 0);
+  // ZeRO-1 checkpoints: rank 0 gathers the moments here (allocated at the first save).
+  Buffer m_all, v_all;
   const float grad_scale = 1.0f / float((size_t)B * T * tc.grad_accum);
   TrainSummary sum;
   sum.losses.reserve(std::max<int64_t>(tc.steps - state.step, 0));
@@ -383,119 +452,172 @@ TrainSummary train(const Config& cfg, const TrainOptions& opts, TrainData& loade
     auto ds = loader.state();
     state.data_epoch = ds.epoch;
     state.data_index = ds.index;
-    save_checkpoint(path, model, adam_m.as<float>(), adam_v.as<float>(), state);
+    state.ranks = ranks;
+    if (dp) {
+      // One checkpoint per step, written by rank 0 alone, with the whole state (ZeRO-1: the moment
+      // shards gathered first), in the one-process format: any number of ranks can resume it.
+      const float* m = adam_m.as<float>();
+      const float* v = adam_v.as<float>();
+      if (dp->zero()) {
+        if (writer && !m_all.data()) {
+          m_all = Buffer(total * sizeof(float));
+          v_all = Buffer(total * sizeof(float));
+        }
+        dp->gather_moments(m, v, m_all.as<float>(), v_all.as<float>());
+        m = m_all.as<float>();
+        v = v_all.as<float>();
+      }
+      if (writer) save_checkpoint(path, model, m, v, state);
+    } else {
+      save_checkpoint(path, model, adam_m.as<float>(), adam_v.as<float>(), state);
+    }
     sum.checkpoint = path;
     last_checkpoint = path;
   };
   auto run_eval = [&]() {
-    const EvalResult r = loader.validate(model, tc.eval_batches);
+    EvalResult r = loader.validate(model, tc.eval_batches);
+    if (dp) dp->sum_validation(&r.loss_sum, &r.count);
     sum.val_loss = r.mean();
-    if (!opts.quiet) {
+    if (!quiet) {
       std::printf("step %6lld | val loss %.4f | ppl %.2f\n", (long long)state.step, r.mean(), std::exp(r.mean()));
       std::fflush(stdout);
     }
     // nlohmann writes NaN and Inf as null: the log stays valid JSON.
-    metrics.write(nlohmann::json{{"step", state.step}, {"val_loss", r.mean()}, {"val_tokens", r.count}}.dump() + "\n");
+    if (metrics) metrics->write(nlohmann::json{{"step", state.step}, {"val_loss", r.mean()}, {"val_tokens", r.count}}.dump() + "\n");
     if (opts.on_eval) opts.on_eval(state.step, r.mean(), r.count);
   };
 
-  StopSignals signals;
-  while (state.step < tc.steps) {
-    Timer step_timer;
-    model.zero_grad();
-    double loss = 0;
-    for (int micro = 0; micro < tc.grad_accum; ++micro) {
-      loader.next(in.data(), tgt.data(), weights.data());
-      loss += model.train_micro_step(in.data(), tgt.data(), grad_scale, loader.weighted() ? weights.data() : nullptr);
-    }
-    loss /= double(tokens_per_step);
-    const double lr = learning_rate(tc, (int)state.step);
-    // The non-finite guard: a NaN/Inf loss or gradient skips the update (weights and moments stay
-    // as after the last good step; optimizer_step changes nothing for a non-finite gradient).
-    double norm = NAN;
-    if (std::isfinite(loss)) norm = optimizer_step(model, adam_m.as<float>(), adam_v.as<float>(), tc, lr, (int)state.step + 1);
-    const bool updated = std::isfinite(loss) && std::isfinite(norm);
-    state.step += 1;
-    state.tokens_seen += tokens_per_step;
-    ++steps_this_run;
-    const double dt = step_timer.seconds();
-    window_time += dt;
-    ++window_steps;
-    sum.losses.push_back(loss);
-    sum.last_train_loss = loss;
-    // Formatted into fixed buffers: the step loop allocates nothing (tests/test_no_alloc.cpp).
-    // Non-finite numbers are written as null (valid JSON), and a skipped step says so.
-    char line[320], loss_text[32], norm_text[32];
-    const int len = std::snprintf(line, sizeof line,
-                                  "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
-                                  (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
-                                  json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
-                                  tokens_per_step / dt);
-    metrics.write(line, size_t(std::min<int>(len, int(sizeof line) - 1)));
-    if (updated) {
-      bad_streak = 0;
-      // A finite gradient can still push weights to Inf (a huge lr × weight_decay): stop before
-      // such weights reach a checkpoint.
-      if (!kernels::all_finite(model.params(), total))
-        fail("training diverged at step ", state.step, ": the update made some weights NaN or Inf (train.lr = ", tc.lr,
-             ", train.weight_decay = ", tc.weight_decay, "); nothing was saved after it (last checkpoint: ", last_checkpoint,
-             "); lower train.lr or train.weight_decay");
-    } else {
-      ++bad_streak;
-      ++sum.skipped_steps;
-      std::fprintf(stderr, "step %lld: non-finite %s (loss %g, gradient norm %g): update skipped (%d of train.max_bad_steps = %d in a row)\n",
-                   (long long)state.step, std::isfinite(loss) ? "gradient" : "loss", loss, norm, bad_streak, tc.max_bad_steps);
-      if (bad_streak >= tc.max_bad_steps)
-        fail("training diverged: ", bad_streak, " steps in a row (", state.step - bad_streak + 1, " to ", state.step,
-             ") had a non-finite loss or gradient and were skipped; no checkpoint was written after step ",
-             state.step - bad_streak, " (last checkpoint: ", last_checkpoint, "); lower train.lr (now ", tc.lr,
-             ") or raise train.max_bad_steps (now ", tc.max_bad_steps, ")");
-    }
-    train_seconds += dt;
-    if (opts.on_step) opts.on_step(state.step, loss, tokens_per_step / dt);
-    if (!opts.quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
-      const double ms = window_time / window_steps * 1e3;
-      const double tps = tokens_per_step / (window_time / window_steps);
-      const double mfu = tps * flops_tok / (peak.gflops * 1e9) * 100.0;
-      const double eta = (tc.steps - state.step) * window_time / window_steps;
-      std::printf("step %6lld/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %s\n",
-                  (long long)state.step, tc.steps, loss, lr, norm, ms, tps, mfu, format_eta(eta).c_str());
-      std::fflush(stdout);
-      window_time = 0;
-      window_steps = 0;
-    }
-    if (tc.eval_every > 0 && state.step % tc.eval_every == 0 && state.step < tc.steps) run_eval();
-    // Checkpoints only after a good update: during a streak of skipped steps the newest file on
-    // disk stays the last good one.
-    if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
-    if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
-    if (stop_requested() || g_stop_requested.load()) {
-      sum.interrupted = state.step < tc.steps;
-      if (!opts.quiet) {
-        const std::string why = stop_signal() ? "signal " + std::to_string(stop_signal()) : std::string("stop requested");
-        std::printf("interrupted (%s) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
-                    why.c_str(), (long long)state.step, tc.out_dir.c_str());
+  // Data-parallel: an error on one rank (a full disk under its log, say) must not leave the others
+  // waiting in a collective until train.dp_timeout: the job ends at once, this rank saying why.
+  try {
+    StopSignals signals;
+    while (state.step < tc.steps) {
+      Timer step_timer;
+      model.zero_grad();
+      double loss = 0;
+      for (int micro = 0; micro < tc.grad_accum; ++micro) {
+        loader.next(in.data(), tgt.data(), weights.data());
+        // Data-parallel: the last micro-batch's backward starts the gradient sums as layers finish.
+        if (dp && micro == tc.grad_accum - 1) dp->arm();
+        loss += model.train_micro_step(in.data(), tgt.data(), grad_scale, loader.weighted() ? weights.data() : nullptr);
       }
-      break;
+      // Data-parallel: the sums finished, the step's loss and gradient norm over all ranks, and
+      // whether any rank must stop after this step (a signal, the time limit), agreed by all so that
+      // they leave the loop at the same step.
+      double comm_seconds = 0;
+      DataParallel::Totals totals;
+      if (dp) {
+        comm_seconds = dp->finish_backward();
+        totals = dp->totals(loss, stop_requested() || g_stop_requested.load(), tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit,
+                            comm_seconds);
+        loss = totals.loss_sum;
+      }
+      loss /= double(tokens_per_step);
+      const double lr = learning_rate(tc, (int)state.step);
+      // The non-finite guard: a NaN/Inf loss or gradient skips the update (weights and moments stay
+      // as after the last good step; optimizer_step changes nothing for a non-finite gradient).
+      double norm = NAN;
+      if (dp) {
+        if (std::isfinite(loss)) norm = totals.norm;
+        if (std::isfinite(loss) && std::isfinite(norm)) dp->update(adam_m.as<float>(), adam_v.as<float>(), norm, lr, (int)state.step + 1);
+      } else if (std::isfinite(loss)) {
+        norm = optimizer_step(model, adam_m.as<float>(), adam_v.as<float>(), tc, lr, (int)state.step + 1);
+      }
+      const bool updated = std::isfinite(loss) && std::isfinite(norm);
+      state.step += 1;
+      state.tokens_seen += tokens_per_step;
+      ++steps_this_run;
+      const double dt = step_timer.seconds();
+      window_time += dt;
+      ++window_steps;
+      sum.losses.push_back(loss);
+      sum.last_train_loss = loss;
+      // Formatted into fixed buffers: the step loop allocates nothing (tests/test_no_alloc.cpp).
+      // Non-finite numbers are written as null (valid JSON), and a skipped step says so.
+      char line[320], loss_text[32], norm_text[32];
+      // Data-parallel steps add comm_ms, the communication the backward did not hide (the slowest
+      // rank's wait for the gradient sums after its backward), and wait_ms, this rank's own wait
+      // (comm_ms plus the time it waited for slower ranks).
+      const int len = dp ? std::snprintf(line, sizeof line,
+                                         "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"comm_ms\":%.4f,"
+                                         "\"wait_ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                                         (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
+                                         json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
+                                         totals.exposed_comm_seconds * 1e3, comm_seconds * 1e3, tokens_per_step / dt)
+                         : std::snprintf(line, sizeof line,
+                                    "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,%s\"ms\":%.4f,\"tokens_per_s\":%.1f}\n",
+                                    (long long)state.step, json_number(loss_text, sizeof loss_text, loss), lr,
+                                    json_number(norm_text, sizeof norm_text, norm), updated ? "" : "\"skipped\":true,", dt * 1e3,
+                                    tokens_per_step / dt);
+      if (metrics) metrics->write(line, size_t(std::min<int>(len, int(sizeof line) - 1)));
+      if (updated) {
+        bad_streak = 0;
+        // A finite gradient can still push weights to Inf (a huge lr × weight_decay): stop before
+        // such weights reach a checkpoint.
+        if (!kernels::all_finite(model.params(), total))
+          fail("training diverged at step ", state.step, ": the update made some weights NaN or Inf (train.lr = ", tc.lr,
+               ", train.weight_decay = ", tc.weight_decay, "); nothing was saved after it (last checkpoint: ", last_checkpoint,
+               "); lower train.lr or train.weight_decay");
+      } else {
+        ++bad_streak;
+        ++sum.skipped_steps;
+        if (writer) std::fprintf(stderr, "step %lld: non-finite %s (loss %g, gradient norm %g): update skipped (%d of train.max_bad_steps = %d in a row)\n",
+                     (long long)state.step, std::isfinite(loss) ? "gradient" : "loss", loss, norm, bad_streak, tc.max_bad_steps);
+        if (bad_streak >= tc.max_bad_steps)
+          fail("training diverged: ", bad_streak, " steps in a row (", state.step - bad_streak + 1, " to ", state.step,
+               ") had a non-finite loss or gradient and were skipped; no checkpoint was written after step ",
+               state.step - bad_streak, " (last checkpoint: ", last_checkpoint, "); lower train.lr (now ", tc.lr,
+               ") or raise train.max_bad_steps (now ", tc.max_bad_steps, ")");
+      }
+      train_seconds += dt;
+      if (opts.on_step) opts.on_step(state.step, loss, tokens_per_step / dt);
+      if (!quiet && (state.step % tc.log_every == 0 || state.step == tc.steps || state.step == 1)) {
+        const double ms = window_time / window_steps * 1e3;
+        const double tps = tokens_per_step / (window_time / window_steps);
+        const double mfu = tps * flops_tok / (peak.gflops * 1e9) * 100.0;
+        const double eta = (tc.steps - state.step) * window_time / window_steps;
+        std::printf("step %6lld/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %s\n",
+                    (long long)state.step, tc.steps, loss, lr, norm, ms, tps, mfu, format_eta(eta).c_str());
+        std::fflush(stdout);
+        window_time = 0;
+        window_steps = 0;
+      }
+      if (tc.eval_every > 0 && state.step % tc.eval_every == 0 && state.step < tc.steps) run_eval();
+      // Checkpoints only after a good update: during a streak of skipped steps the newest file on
+      // disk stays the last good one.
+      if (tc.ckpt_every > 0 && state.step % tc.ckpt_every == 0 && bad_streak == 0) save(checkpoint_path(state.step));
+      if (opts.stop_after >= 0 && steps_this_run >= opts.stop_after) break;
+      if (dp ? totals.stop_signal : stop_requested() || g_stop_requested.load()) {
+        sum.interrupted = state.step < tc.steps;
+        if (!quiet) {
+          const std::string why = stop_signal() ? "signal " + std::to_string(stop_signal()) : std::string("stop requested");
+          std::printf("interrupted (%s) at step %lld: writing a checkpoint; continue with `attnlab train --resume %s/model.safetensors`\n",
+                      why.c_str(), (long long)state.step, tc.out_dir.c_str());
+        }
+        break;
+      }
+      if ((dp ? totals.stop_time : tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit) && state.step < tc.steps) {
+        if (!quiet) std::printf("time limit of %.0f s reached at step %lld; stopping with a checkpoint\n", tc.time_limit, (long long)state.step);
+        break;
+      }
     }
-    if (tc.time_limit > 0 && run_timer.seconds() >= tc.time_limit && state.step < tc.steps) {
-      if (!opts.quiet) std::printf("time limit of %.0f s reached at step %lld; stopping with a checkpoint\n", tc.time_limit, (long long)state.step);
-      break;
+    sum.steps = state.step;
+    const double elapsed = run_timer.seconds();
+    sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;
+    sum.train_seconds = train_seconds;
+    sum.steps_this_run = steps_this_run;
+    sum.num_params = model.num_params();
+    run_eval();
+    save(tc.out_dir + "/model.safetensors");
+    if (!quiet) {
+      std::printf("done: %lld steps, val loss %.4f, checkpoint %s\n", (long long)state.step, sum.val_loss, sum.checkpoint.c_str());
+      std::fflush(stdout);
     }
+    return sum;
+  } catch (const Error& e) {
+    if (!dp) throw;
+    dp->abort_job(e.what());
   }
-  sum.steps = state.step;
-  const double elapsed = run_timer.seconds();
-  sum.tokens_per_s = steps_this_run ? steps_this_run * tokens_per_step / elapsed : 0;
-  sum.train_seconds = train_seconds;
-  sum.steps_this_run = steps_this_run;
-  sum.num_params = model.num_params();
-  run_eval();
-  save(tc.out_dir + "/model.safetensors");
-  if (!opts.quiet) {
-    std::printf("done: %lld steps, val loss %.4f, checkpoint %s\n", (long long)state.step, sum.val_loss, sum.checkpoint.c_str());
-    std::fflush(stdout);
-  }
-  return sum;
 }
 
 }  // namespace attnlab

@@ -22,6 +22,10 @@ struct TrainOptions {
   int stop_after = -1;         // stop (with a checkpoint) after this many optimizer steps in this run; -1 = no
   bool force = false;          // a fresh run may replace the checkpoints of an earlier run in train.out_dir
   bool quiet = false;
+  // Train one model across the ranks of the MPI job (train/data_parallel.h): every rank calls
+  // train() with the same configuration and options; rank 0 alone prints and writes files. With
+  // one rank, or false (a compare grid's cells, one per rank), this process trains alone.
+  bool data_parallel = false;
   // Events for a driver such as `attnlab compare` (called on the training thread; may be empty).
   // on_step: after every optimizer step, with the step (1-based, counted from the start of the
   // whole run, resumes included), its training loss, and that step's tokens per second.
@@ -50,8 +54,11 @@ struct TrainSummary {
 
 // Sum of losses and number of targets over the first `max_batches` batches (0: all) of a shard's
 // consecutive (T+1)-token windows in order (DataLoader::eval_batch): deterministic, each window once.
+// part, parts (data-parallel validation): the planned B is a 1/parts share of the global batch;
+// this call scores every parts-th of the first max_batches·parts batches, from batch `part`, so
+// that the sums over the parts cover the same windows as one process with the global batch.
 struct EvalResult { double loss_sum = 0; size_t count = 0; double mean() const { return count ? loss_sum / count : 0; } };
-EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches);
+EvalResult evaluate(GPT<float>& model, const Shard& shard, int max_batches, int part = 0, int parts = 1);
 
 // Model FLOPs per token of a training step (docs/performance.md): 6·N_matmul + 6·L·d·(T + 1), the
 // attention term counting the causal half only (query i attends to i + 1 keys). Recomputation in
@@ -82,6 +89,11 @@ class TrainData {
   virtual EvalResult validate(GPT<float>& model, int max_batches) = 0;
   // One line for the start of the run: what is trained on.
   virtual std::string describe() const = 0;
+  // Data-parallel training (train/data_parallel.h), called once before the first batch: from then
+  // on next() fills this rank's rows [part·B/parts, (part+1)·B/parts) of each global (B, T) batch,
+  // whose windows depend on the seed and the step alone, and validate() scores this rank's share
+  // (evaluate()'s part, parts). False when the source cannot be split.
+  virtual bool split(int /*part*/, int /*parts*/) { return false; }
 };
 
 TrainSummary train(const Config& cfg, const TrainOptions& opts);             // on the shards of cfg.data
