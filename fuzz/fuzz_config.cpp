@@ -1,9 +1,9 @@
 // libFuzzer target: the configuration parser (TOML subset, --set overrides, strict validation) and
 // the stored-configuration path (JSON -> Config) on arbitrary text. Seeds: fuzz/corpus/config.
-#include "core/json.h"
 #include <string>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "model/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

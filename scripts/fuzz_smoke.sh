@@ -19,8 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
 shift || true
 TARGETS=("$@")
-# fuzz_results runs when named: it still finds reads of missing nested keys (docs/reliability.md).
-if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=(fuzz_safetensors fuzz_shard fuzz_config fuzz_tokenizer fuzz_grid); fi
+if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=(fuzz_safetensors fuzz_shard fuzz_config fuzz_tokenizer fuzz_grid fuzz_results); fi
 JOBS=${JOBS:-2}
 
 bash scripts/install_deps.sh fuzz || exit 1  # clang, libFuzzer, libomp: only those missing

@@ -16,13 +16,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include "core/json.h"
 #include <thread>
 
 #include "attnlab/attnlab.h"
 #include "checkpoint/checkpoint.h"
 #include "core/denormals.h"
 #include "core/gemm.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "train/trainer.h"

@@ -2,10 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include "core/json.h"
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "model/config.h"
 
 using namespace attnlab;

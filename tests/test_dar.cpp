@@ -17,10 +17,10 @@
 #include <vector>
 
 #include <filesystem>
-#include "core/json.h"
 #include <unistd.h>
 
 #include "check.h"
+#include "core/json.h"
 #include "model_util.h"
 #include "core/error.h"
 #include "core/rng.h"

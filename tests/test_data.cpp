@@ -14,12 +14,12 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include "core/json.h"
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/prepare.h"

@@ -7,10 +7,10 @@
 #include <omp.h>
 
 #include <cmath>
-#include "core/json.h"
 #include <string>
 
 #include "check.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "model/attention/mechanism.h"
 #include "model/gpt.h"

@@ -10,11 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include "core/json.h"
 #include <thread>
 
+#include "attnlab/printable.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "data/shard.h"
 #include "checkpoint/checkpoint.h"
@@ -602,4 +603,26 @@ TEST(Checkpoint, ANegativeOrNonFiniteAdamSecondMomentIsRefusedNamingFileAndTenso
   const std::string err = error_of([&] { save_checkpoint(path, m, am.data(), av.data(), TrainingState{}); });
   EXPECT_NE(err.find("negative"), std::string::npos) << err;
   fs::remove_all(dir);
+}
+
+// printable(): what a message may echo of a hostile file's bytes (include/attnlab/printable.h).
+TEST(Printable, EscapesControlsAndMalformedUtf8ButKeepsCharacters) {
+  using attnlab::printable;
+  EXPECT_EQ(printable("key = 1"), "'key = 1'");
+  EXPECT_EQ(printable("a'b\\c"), "'a\\'b\\\\c'");
+  EXPECT_EQ(printable(std::string("\x1b[2J\n\x7f", 6)), "'\\x1b[2J\\x0a\\x7f'");
+  EXPECT_EQ(printable("\xc3\xa9t\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80"), "'\xc3\xa9t\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80'");
+  EXPECT_EQ(printable("\xc2\x9b" "31m"), "'\\xc2\\x9b31m'");        // C1 CSI: a terminal control
+  EXPECT_EQ(printable("\xd0" "a"), "'\\xd0a'");                     // lead byte without continuation
+  EXPECT_EQ(printable("\x80\xbf"), "'\\x80\\xbf'");                 // stray continuation bytes
+  EXPECT_EQ(printable("\xc0\xaf"), "'\\xc0\\xaf'");                 // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");        // a surrogate
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "'\\xf4\\x90\\x80\\x80'");  // beyond U+10FFFF
+  EXPECT_EQ(printable("\xe2\x80"), "'\\xe2\\x80'");                 // truncated at the end
+  EXPECT_EQ(printable("abcdef", 3), "'abc...'");
+  EXPECT_EQ(printable("ab\xc3\xa9", 3), "'ab...'");                 // never half a character
+  EXPECT_TRUE(attnlab::is_printable_text("caf\xc3\xa9\tok"));
+  EXPECT_FALSE(attnlab::is_printable_text("\xc2\x9b"));
+  EXPECT_FALSE(attnlab::is_printable_text("\xff"));
+  EXPECT_FALSE(attnlab::is_printable_text("a\nb"));
 }

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <tuple>
-#include "core/json.h"
 #include <omp.h>
 
 #include "check.h"
+#include "core/json.h"
 #include "model_util.h"
 #include "core/error.h"
 #include "core/rng.h"

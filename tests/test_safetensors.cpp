@@ -14,11 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include "core/json.h"
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "checkpoint/safetensors.h"
 

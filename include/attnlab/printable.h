@@ -9,34 +9,81 @@
 
 namespace attnlab {
 
-// 'text' with \ and ' backslash-escaped, bytes below 0x20 and 0x7f as \xNN, cut at `limit` bytes
-// ("..." after). UTF-8 sequences (bytes >= 0x80) pass unchanged. (Not named `quoted`: for a
-// non-const string argument, argument-dependent lookup would prefer std::quoted.)
+// Length of the well-formed UTF-8 sequence at s[i] that encodes a printable character (2 to 4
+// bytes), or 0: a stray continuation byte, a truncated or overlong sequence, a surrogate, a code
+// point beyond U+10FFFF, and the C1 controls U+0080..U+009F (U+009B is CSI, which some terminals
+// obey as ESC [) all give 0, so they are escaped rather than written to a terminal.
+inline size_t printable_utf8_length(const std::string& s, size_t i) {
+  const auto byte = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  const unsigned lead = byte(i);
+  size_t n = 0;
+  unsigned lo = 0x80, hi = 0xbf;  // the range of the first continuation byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    if (lead == 0xe0) lo = 0xa0;  // overlong
+    if (lead == 0xed) hi = 0x9f;  // surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    if (lead == 0xf0) lo = 0x90;  // overlong
+    if (lead == 0xf4) hi = 0x8f;  // beyond U+10FFFF
+  } else {
+    return 0;
+  }
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
+  if (lead == 0xc2 && byte(i + 1) <= 0x9f) return 0;  // C1 controls
+  return n;
+}
+
+// 'text' with \ and ' backslash-escaped, cut at `limit` bytes ("..." after). Printable ASCII and
+// well-formed UTF-8 of printable characters pass unchanged; every other byte (controls, 0x7f, C1
+// controls, bytes of malformed UTF-8) becomes \xNN. A character is never cut in half. (Not named
+// `quoted`: for a non-const string argument, argument-dependent lookup would prefer std::quoted.)
 inline std::string printable(const std::string& s, size_t limit = 120) {
+  static const char* hex = "0123456789abcdef";
   std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < limit; ++i) {
+  size_t i = 0;
+  while (i < s.size() && i < limit) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c == '\\' || c == '\'') {
       out += '\\';
       out += char(c);
-    } else if (c >= 0x20 && c != 0x7f) {
+      ++i;
+    } else if (c >= 0x20 && c < 0x7f) {
       out += char(c);
+      ++i;
+    } else if (const size_t n = c >= 0x80 ? printable_utf8_length(s, i) : 0; n > 0 && i + n <= limit) {
+      out.append(s, i, n);
+      i += n;
+    } else if (n > 0) {
+      break;  // the character would cross the limit
     } else {
-      static const char* hex = "0123456789abcdef";
       out += "\\x";
       out += hex[c >> 4];
       out += hex[c & 15];
+      ++i;
     }
   }
-  if (s.size() > limit) out += "...";
+  if (i < s.size()) out += "...";
   return out + "'";
 }
 
-// True when every byte of `s` is printable text (ASCII from 0x20, tab, or a byte >= 0x80 of
-// UTF-8): what may be echoed unquoted.
+// True when `s` is printable text (ASCII from 0x20, tab, or well-formed UTF-8 of printable
+// characters, as printable_utf8_length): what may be echoed unquoted.
 inline bool is_printable_text(const std::string& s) {
-  for (unsigned char c : s)
-    if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\t' || (c >= 0x20 && c < 0x7f)) {
+      ++i;
+    } else if (const size_t n = c >= 0x80 ? printable_utf8_length(s, i) : 0; n > 0) {
+      i += n;
+    } else {
+      return false;
+    }
+  }
   return true;
 }
 

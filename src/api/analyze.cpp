@@ -3,12 +3,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include "core/json.h"
 
 #include "api/internal.h"
 #include "attnlab/analyze.h"
 #include "core/denormals.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/memory.h"
 #include "data/shard.h"
 #include "experiment/analyze.h"

@@ -3,12 +3,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include "core/json.h"
 
 #include "attnlab/compare.h"
 #include "core/denormals.h"
 #include "core/distributed.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "experiment/compare.h"
 #include "experiment/compare/common.h"
 #include "experiment/report.h"

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include "core/json.h"
 
 #include "api/internal.h"
 #include "core/error.h"
 #include "checkpoint/checkpoint.h"
+#include "core/json.h"
 
 namespace attnlab::api {
 

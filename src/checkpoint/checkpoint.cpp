@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
-#include "core/json.h"
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "kernels/adamw.h"
 #include "model/version.h"
 #include "train/environment.h"

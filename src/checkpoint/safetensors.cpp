@@ -13,7 +13,6 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include "core/json.h"
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "attnlab/printable.h"
+#include "core/json.h"
 
 namespace attnlab {
 

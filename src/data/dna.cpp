@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include "core/json.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/files.h"
 #include "data/shard.h"
 

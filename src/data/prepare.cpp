@@ -12,13 +12,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include "core/json.h"
 #include <numeric>
 #include <string_view>
 #include <utility>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/files.h"

@@ -3,9 +3,9 @@
 // versioned, is docs/analysis.md; every number is defined there with the §8 section it follows.
 #pragma once
 #include <cstdint>
-#include "core/json.h"
 #include <vector>
 
+#include "core/json.h"
 #include "core/progress.h"
 #include "model/gpt.h"
 

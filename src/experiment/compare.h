@@ -5,10 +5,10 @@
 // docs/compare.md.
 #pragma once
 #include <cstdint>
-#include "core/json.h"
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "experiment/stats.h"
 
 namespace attnlab {

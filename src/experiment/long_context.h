@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include "core/json.h"
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "core/progress.h"
 #include "data/shard.h"
 #include "model/config.h"

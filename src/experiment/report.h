@@ -3,8 +3,9 @@
 // a seed band, training-loss curves, the results table, and the analyze figures where the runs have
 // them (similarity bias by layer, GOAT priors, depth maps).
 #pragma once
-#include "core/json.h"
 #include <string>
+
+#include "core/json.h"
 
 namespace attnlab {
 

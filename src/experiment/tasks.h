@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include "core/json.h"
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"
 #include "core/progress.h"
 #include "core/rng.h"
 #include "train/trainer.h"

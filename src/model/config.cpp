@@ -4,12 +4,12 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include "core/json.h"
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "attnlab/printable.h"
+#include "core/json.h"
 #include "model/attention/mechanism.h"
 #include "model/config_values.h"
 #include "model/residual/residual.h"

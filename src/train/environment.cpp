@@ -10,8 +10,8 @@
 
 #include <fstream>
 #include <string>
-#include "core/json.h"
 
+#include "core/json.h"
 #include "core/threads.h"
 
 namespace attnlab {

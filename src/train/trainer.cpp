@@ -16,13 +16,13 @@
 #include <fstream>
 #include <optional>
 #include <thread>
-#include "core/json.h"
 
 #include "attnlab/distributed.h"
 #include "core/distributed.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/gemm.h"
+#include "core/json.h"
 #include "core/peak.h"
 #include "core/stop_signals.h"
 #include "core/threads.h"

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include "core/json.h"
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "experiment/compare.h"
 #include "experiment/compare/plan.h"
 #include "model/config.h"

@@ -1,9 +1,10 @@
 // Small pieces the files of `attnlab compare` (eval/compare.h) share: reading a text file, a
 // number as JSON (null when not finite, as results.json writes it), a list of settings as text.
 #pragma once
-#include "core/json.h"
 #include <string>
 #include <vector>
+
+#include "core/json.h"
 
 namespace attnlab::compare {
 

@@ -2,6 +2,7 @@
 // and report.html use (docs/compare.md "results.json"); the whole reports stay in the run directory.
 #pragma once
 #include <filesystem>
+
 #include "core/json.h"
 
 namespace attnlab::compare {

@@ -8,9 +8,10 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include "core/json.h"
 #include <string>
 #include <vector>
+
+#include "core/json.h"
 
 namespace attnlab::compare {
 

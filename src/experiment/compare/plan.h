@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include "core/json.h"
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "experiment/compare.h"
 #include "experiment/tasks.h"
 #include "model/config.h"

@@ -4,9 +4,9 @@
 // before anything trains, naming the runs and the difference, and runs of one variant made on
 // different machines are reported (not refused: same data, other rounding).
 #pragma once
-#include "core/json.h"
 #include <string>
 
+#include "core/json.h"
 #include "model/config.h"
 
 namespace attnlab {
