@@ -619,6 +619,9 @@ TEST(Printable, EscapesControlsAndMalformedUtf8ButKeepsCharacters) {
   EXPECT_EQ(printable("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");        // a surrogate
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "'\\xf4\\x90\\x80\\x80'");  // beyond U+10FFFF
   EXPECT_EQ(printable("\xe2\x80"), "'\\xe2\\x80'");                 // truncated at the end
+  EXPECT_EQ(printable("a\xe2\x80\xae" "b"), "'a\\xe2\\x80\\xaeb'");        // U+202E right-to-left override
+  EXPECT_EQ(printable("\xe2\x81\xa6"), "'\\xe2\\x81\\xa6'");            // U+2066 left-to-right isolate
+  EXPECT_EQ(printable("\xe2\x80\xa7"), "'\xe2\x80\xa7'");                // U+2027 hyphenation point stays
   EXPECT_EQ(printable("abcdef", 3), "'abc...'");
   EXPECT_EQ(printable("ab\xc3\xa9", 3), "'ab...'");                 // never half a character
   EXPECT_TRUE(attnlab::is_printable_text("caf\xc3\xa9\tok"));

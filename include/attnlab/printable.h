@@ -11,8 +11,10 @@ namespace attnlab {
 
 // Length of the well-formed UTF-8 sequence at s[i] that encodes a printable character (2 to 4
 // bytes), or 0: a stray continuation byte, a truncated or overlong sequence, a surrogate, a code
-// point beyond U+10FFFF, and the C1 controls U+0080..U+009F (U+009B is CSI, which some terminals
-// obey as ESC [) all give 0, so they are escaped rather than written to a terminal.
+// point beyond U+10FFFF, the C1 controls U+0080..U+009F (U+009B is CSI, which some terminals
+// obey as ESC [), the line/paragraph separators and the bidirectional overrides and isolates
+// (U+2028..U+202E, U+2066..U+2069: they reorder what follows on screen) all give 0, so they are
+// escaped rather than written to a terminal.
 inline size_t printable_utf8_length(const std::string& s, size_t i) {
   const auto byte = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
   const unsigned lead = byte(i);
@@ -35,6 +37,11 @@ inline size_t printable_utf8_length(const std::string& s, size_t i) {
   for (size_t k = 2; k < n; ++k)
     if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
   if (lead == 0xc2 && byte(i + 1) <= 0x9f) return 0;  // C1 controls
+  if (lead == 0xe2) {  // invisible layout controls that make a quote read other than it is
+    const unsigned b1 = byte(i + 1), b2 = byte(i + 2);
+    if (b1 == 0x80 && b2 >= 0xa8 && b2 <= 0xae) return 0;  // U+2028..U+202E: separators, bidi embeddings
+    if (b1 == 0x81 && b2 >= 0xa6 && b2 <= 0xa9) return 0;  // U+2066..U+2069: bidi isolates
+  }
   return n;
 }
 
