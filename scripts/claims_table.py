@@ -200,7 +200,7 @@ CLAIMS = [
     ("XSA", "lower language-model loss than standard attention", ("loss", "heldout", "xsa", "rope"), -1, 6, "a"),
     ("XSA", "the gain holds at each mechanism's own best learning rate", ("best_lr", "lr", "xsa", "rope"), -1, 2, None),
     ("XSA", "the gain grows with the training sequence length (T 1024 vs 256)",
-     ("did", "xsa_length", ("xsa-t1024", "rope-t1024"), ("xsa", "rope")), -1, 3, None),
+     ("did", "xsa_length", ("xsa-t1024", "rope-t1024"), ("xsa", "rope")), -1, 6, None),
     ("XSA", "cos(y, v) of standard attention rises with depth (12 layers)", ("slope", "depth", "rope"), +1, 3, None),
     ("GOAT", "lower loss than RoPE", ("loss", "heldout", "goat", "rope"), -1, 6, "a"),
     ("GOAT", "lower loss than ALiBi (the fixed prior it generalises)", ("loss", "heldout", "goat", "alibi"), -1, 6, "a"),
