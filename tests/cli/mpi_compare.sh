@@ -53,7 +53,7 @@ set = ["attn.pos=rope", "attn.xsa=on"]
 TOML
 G="$WORK/grid.toml"
 
-# results.json without what depends on the wall clock: each run's train_seconds and tokens_per_s
+# results.json without what depends on the wall clock: each run's train_seconds and tokens_per_s (and its tasks')
 # (its curve keeps step and loss alone), and each variant's tokens_per_s {mean, sd} in "summary". Everything else (losses, curves, evaluations, machine, configuration, the
 # statistics) must be equal.
 strip() {
@@ -63,6 +63,8 @@ d = json.load(open(sys.argv[1]))
 for r in d["runs"]:
     for k in ("train_seconds", "tokens_per_s"):
         r.pop(k)
+    for t in (r.get("tasks") or {}).values():  # a task's own training time (none in this grid)
+        t.pop("train_seconds", None)
 for s in d["summary"]:
     s.pop("tokens_per_s")
 print(json.dumps(d, sort_keys=True, indent=1))

@@ -55,6 +55,22 @@ check "nothing was written for the refused grids" '[ ! -e "$WORK/bad" ]'
 printf 'language_model = false\npreset = "tiny"\n[variants.rope]\nset = []\n[tasks.passkey]\nset = ["model.seq_len=72", "train.warmup=25"]\nsteps = 30\nlengths = "1"\nsamples = 2\n' >"$WORK/warmup.toml"
 "$BIN" compare "$WORK/warmup.toml" --out "$WORK/warmup" --stop-after-steps 1 --quiet >"$WORK/warmup.log" 2>&1
 check "a task's train.warmup is checked against the task's steps (exit 3 after one step)" '[ $? = 3 ] || { cat "$WORK/warmup.log"; false; }'
+# The task's training time survives a stop: kept in train_time.json, summed over invocations.
+R1=$(echo "$WORK"/warmup/runs/rope_s*)  # the preset's seed
+T1="$R1/task_passkey/train_time.json"
+check "a stopped task keeps its training time" '/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"train_seconds\"] > 0" "$T1"'
+cp "$T1" "$WORK/time1.json"
+"$BIN" compare "$WORK/warmup.toml" --out "$WORK/warmup" --resume --quiet >"$WORK/warmup2.log" 2>&1
+check "the resumed task's result counts both invocations' time" '/usr/bin/python3 -c "
+import json, sys
+t1 = json.load(open(sys.argv[1]))[\"train_seconds\"]
+t = json.load(open(sys.argv[2]))[\"tasks\"][\"passkey\"][\"train_seconds\"]
+assert t > t1 > 0, (t, t1)" "$WORK/time1.json" "$R1/result.json" || { cat "$WORK/warmup2.log"; false; }'
+rm "$R1/result.json"
+printf '{"train_seconds": "x"}' >"$T1"
+expect_error "a damaged train_time.json is named, with the way out" \
+  "compare: $T1: expected {\"train_seconds\": a number ≥ 0}; delete the file to restart the count from 0" \
+  "$BIN" compare "$WORK/warmup.toml" --out "$WORK/warmup" --resume --quiet
 
 "$BIN" compare "$G" --out "$O" --stop-after-runs 1 >"$WORK/a.log" 2>&1
 check "stop after the first run (exit 3)" '[ $? = 3 ] && [ -s "$O/runs/rope_s1/result.json" ] && [ ! -e "$O/runs/alibi_s1" ]'
@@ -79,6 +95,7 @@ for run in r["runs"]:
     n = run["tasks"]["needle"]
     assert n["scored"] == [8, 8] and n["scored_by_depth"] == [[4, 4], [4, 4]], n
     assert run["tasks"]["mqar"]["scored"] == [4, 4]
+    assert all(run["tasks"][t]["train_seconds"] > 0 for t in ("needle", "mqar")), run["tasks"]
     ev = json.load(open(out + "/runs/" + run["id"] + "/task_mqar/eval.json"))
     assert ev["params"] == {"task": "mqar", "keys": 8, "kv_pairs": 4, "queries": 2}, ev["params"]
     cells = json.load(open(out + "/runs/" + run["id"] + "/task_needle/eval.json"))["cells"]

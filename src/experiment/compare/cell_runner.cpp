@@ -334,8 +334,30 @@ CellEnd CellRunner::run(size_t i) {
     if (opts.stop_after_steps >= 0) tto.stop_after = opts.stop_after_steps;
     const double ttok = tokens_of(t.cfg);
     printed = false;
-    tto.on_step = [&](int64_t step, double loss, double tps) { progress_line(name, step, t.cfg.train.steps, loss, tps, ttok); };
+    // The task's training time: Σ of its optimizer steps' own times over every invocation (steps
+    // repeated after a crash included: the CPU they cost), kept in train_time.json beside its
+    // checkpoints at each checkpoint and at the end, so a resumed task reports all of it.
+    // A task trained in part by a binary without this file has no known time: null, not a count.
+    const fs::path time_path = t.dir / "train_time.json";
+    const bool time_known = fs::exists(time_path) || tck <= 0;
+    double task_seconds = 0;
+    if (fs::exists(time_path)) {
+      const json tt = read_json_file(time_path.string(), "compare: task training time");
+      if (!tt.is_object() || !tt.contains("train_seconds") || !tt["train_seconds"].is_number() || !(tt["train_seconds"].get<double>() >= 0))
+        fail("compare: ", time_path.string(), ": expected {\"train_seconds\": a number ≥ 0}; delete the file to restart the count from 0");
+      task_seconds = tt["train_seconds"].get<double>();
+    }
+    auto save_task_seconds = [&] {
+      if (time_known) write_file_atomic(time_path.string(), json{{"train_seconds", task_seconds}}.dump() + "\n");
+    };
+    const int tck_every = std::max(1, t.cfg.train.ckpt_every);
+    tto.on_step = [&](int64_t step, double loss, double tps) {
+      if (tps > 0) task_seconds += ttok / tps;
+      if (step % tck_every == 0) save_task_seconds();
+      progress_line(name, step, t.cfg.train.steps, loss, tps, ttok);
+    };
     const int64_t treached = train_in(t.cfg, t.dir, tto, &data, opts.resume, &interrupted);
+    save_task_seconds();
     if (tty_ && !quiet && printed) std::printf("\n");
     if (treached < t.cfg.train.steps) {
       keep_newest_step_checkpoint(t.dir);
@@ -376,6 +398,7 @@ CellEnd CellRunner::run(size_t i) {
     c["steps"] = t.cfg.train.steps;
     c["seq_len"] = t.cfg.model.seq_len;
     c["val_loss"] = num_or_null(task_val);
+    c["train_seconds"] = time_known ? json(task_seconds) : json(nullptr);
     result["tasks"][name] = c;
   }
   write_file_atomic(result_path, result.dump(1) + "\n");
