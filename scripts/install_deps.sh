@@ -12,7 +12,8 @@
 #                                  official safetensors reader (the interop tests), and Debian's
 #                                  chromium (loads `attnlab compare`'s report.html headless), and for
 #                                  the Python package's test (tests/python_package/run.sh) venv,
-#                                  Python's headers, pytest, pandas, tqdm and ccache
+#                                  Python's headers, pytest, pandas, tqdm and ccache, and SciPy
+#                                  (scripts/claims_table.py and its test, tests/python/test_claims_table.py)
 #   scripts/install_deps.sh fuzz   what scripts/fuzz_smoke.sh needs: the `demo` packages, clang with
 #                                  libFuzzer and the sanitizer runtimes (libclang-rt-14-dev, only a
 #                                  Recommends of clang) and LLVM's OpenMP (clang's -fopenmp)
@@ -27,7 +28,7 @@ demo=(build-essential cmake ninja-build pkg-config libdnnl-dev ocl-icd-opencl-de
       nlohmann-json3-dev libcli11-dev diatheke sword-comm-tdavid sword-text-web sword-text-kjv
       python3-matplotlib libopenmpi-dev openmpi-bin)
 tests=(libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-pip chromium
-       python3-venv python3-dev python3-pytest python3-pandas python3-tqdm ccache)
+       python3-venv python3-dev python3-pytest python3-pandas python3-tqdm ccache python3-scipy)
 fuzz=(clang libclang-rt-14-dev libomp-dev)
 case "$what" in
   demo) pkgs=("${demo[@]}") ;;
