@@ -204,6 +204,8 @@ CLAIMS = [
     ("XSA", "the gain holds at each mechanism's own best learning rate", ("best_lr", "lr", "xsa", "rope"), -1, 2, None),
     ("XSA", "the gain grows with the training sequence length (T 1024 vs 256)",
      ("did", "xsa_length", ("xsa-t1024", "rope-t1024"), ("xsa", "rope")), -1, 6, None),
+    ("XSA", "the gain grows with the training sequence length (T 128 vs 256: smaller at 128)",
+     ("did", "xsa_length", ("xsa-t128", "rope-t128"), ("xsa", "rope")), +1, 6, None),
     # the paper's curve goes from ≈0.2 to ≈0.6 over the depth (docs/RESULTS.md, XSA): a rise of ≈0.4
     ("XSA", "cos(y, v) of standard attention rises with depth (12 layers)", ("slope", "depth", "rope", 0.4), +1, 3, None),
     ("GOAT", "lower loss than RoPE", ("loss", "heldout", "goat", "rope"), -1, 6, "a"),
