@@ -19,7 +19,8 @@ Verdicts (stated in the table's notes):
                    its smallest one-sided p is 1/2^n);
   opposite         the effect has the opposite sign with p < 0.05 (two-sided);
   not shown        neither: the interval contains zero. "not shown" is not "refuted": the row gives
-                   the seeds a paired t-test would need for 80% power at the observed effect;
+                   the seeds a paired t-test would need for 80% power at the observed effect, or says
+                   that the estimate goes the other way (no plan: it would be for the wrong sign);
   not replicated   the claim states a size and the interval excludes it (Block AttnRes's 1.25× the
                    compute; the ≈0.4 rise of cos(y, v) over the depth: the slope's interval times
                    the layer steps);
@@ -193,6 +194,8 @@ def verdict(test, expect_sign, p_used, expected_n):
         return f"supported by the t-test only (sign-flip p {test['p_signflip']:.3f})"
     if sign == -expect_sign and test.get("p", 1.0) < ALPHA:
         return "opposite"
+    if sign == -expect_sign:  # a seeds plan would be for an effect the data point away from
+        return "not shown (the estimate goes the other way)"
     plan = f"; {test['seeds_80']} seeds for 80% power" if "seeds_80" in test else ""
     return "not shown" + plan
 

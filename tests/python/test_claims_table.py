@@ -110,6 +110,13 @@ with tempfile.TemporaryDirectory() as root:
     g = rows["lower loss than ALiBi (the fixed prior it generalises)"]
     check("verdict: opposite when the effect has the other sign with p < 0.05", g[9] == "opposite", g[9])
 
+    # The other sign without significance: no seeds plan (it would plan for the wrong direction).
+    d_other = {1: 0.01, 2: -0.004, 3: 0.012, 4: 0.002}
+    t_other = ct.paired(d_other, {k: 0.0 for k in d_other}, -1)
+    check("an estimate the other way, not significant, has no seeds plan",
+          ct.verdict(t_other, -1, t_other["p1"], 4) == "not shown (the estimate goes the other way)",
+          ct.verdict(t_other, -1, t_other["p1"], 4))
+
     # Seeds for 80% power against the published sample sizes of a one-tailed paired t-test at
     # α = 0.05 and power 0.8 (G*Power's and Cohen's tables): d = 0.5 → 27, 0.8 → 12, 1.0 → 8 pairs.
     # Differences with mean δ and sample sd exactly 1 give d = δ.
